@@ -1,0 +1,29 @@
+//! kgen: a code-generating kernel compiler for quantized LLM inference on CPUs.
+//!
+//! The pipeline (see `../shared/DESIGN.md` in the project):
+//! [`target`] descriptions and a [`spec::KernelSpec`] go into the
+//! [`planner`], which solves for the block and micro-tile sizes under the
+//! [`model`]; [`emit`] unrolls the per-ISA templates ([`isa`]) into a Rust
+//! source file. [`format`] and [`layout`] describe the weights the generated
+//! kernels read and hold the scalar reference they are checked against; they
+//! are the only modules built without the `codegen` feature, for the runtime.
+
+pub mod format;
+pub mod layout;
+pub mod spec;
+
+#[cfg(feature = "codegen")]
+pub mod emit;
+#[cfg(feature = "codegen")]
+pub mod isa;
+#[cfg(feature = "codegen")]
+pub mod model;
+#[cfg(feature = "codegen")]
+pub mod native;
+#[cfg(feature = "codegen")]
+pub mod planner;
+#[cfg(feature = "codegen")]
+pub mod target;
+
+/// The kgen version written into generated headers and profiles.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

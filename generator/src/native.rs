@@ -1,0 +1,1 @@
+//! The `native` target: a description read off the running CPU.
