@@ -27,3 +27,8 @@ pub mod target;
 
 /// The kgen version written into generated headers and profiles.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+#[cfg(feature = "codegen")]
+mod generate;
+#[cfg(feature = "codegen")]
+pub use generate::{generate, plans_for, Error, IsaChoice, Request};

@@ -1,1 +1,229 @@
-//! TODO
+//! The performance model: what a micro tile costs on a target, kept apart from
+//! the search over tiles ([`crate::planner`]).
+//!
+//! Three parts:
+//! - **registers** (QIGen eq. 4, per ISA): accumulators + weight registers +
+//!   broadcast registers must fit the ISA's register file;
+//! - **L1** (eq. 5): the x block, the weight block and the y block of one
+//!   mini-GEMV must fit the L1 data cache;
+//! - **roofline** (AI-PC eq. 1-3): time is the larger of the weight stream at
+//!   the core's bandwidth and the up-convert + FMA work at the core's issue
+//!   rate, which predicts GB/s of weights and GFLOPS for a plan.
+//!
+//! Instruction counts come from [`unpack_steps`], the same description the
+//! emitter unrolls, so the model counts what the generated code executes.
+
+use crate::isa::Isa;
+use crate::spec::{Group, KernelSpec};
+use crate::target::TargetDesc;
+use serde::Serialize;
+
+/// How one value of a packing unit is pulled out of its words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnpackStep {
+    /// Word within the unit holding the value's low bits.
+    pub word: usize,
+    /// Right shift of that word (0: none needed).
+    pub shift: u32,
+    /// Whether the value continues into the next word (3-bit only).
+    pub straddles: bool,
+    /// Whether a mask is needed (the top value of a word needs none).
+    pub needs_mask: bool,
+}
+
+/// The unpack sequence for one packing unit of `bits`-bit values.
+pub fn unpack_steps(bits: u32) -> Vec<UnpackStep> {
+    let values = if bits == 3 { 32 } else { 32 / bits as usize };
+    (0..values)
+        .map(|i| {
+            let bit = i * bits as usize;
+            let word = bit / 32;
+            let shift = (bit % 32) as u32;
+            let straddles = shift + bits > 32;
+            UnpackStep { word, shift, straddles, needs_mask: straddles || shift + bits < 32 }
+        })
+        .collect()
+}
+
+/// Vector ALU uops to unpack one unit for one column vector.
+pub fn unpack_alu_ops(bits: u32) -> usize {
+    unpack_steps(bits)
+        .iter()
+        .map(|s| {
+            let shift = usize::from(s.shift != 0);
+            let straddle = if s.straddles { 2 } else { 0 }; // shift left + or
+            shift + straddle + usize::from(s.needs_mask) + 1 // + convert
+        })
+        .sum()
+}
+
+/// A micro tile: `m_u` broadcast values x `t_u` output vectors, for `m_r`
+/// activation rows at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct MicroTile {
+    pub m_u: usize,
+    pub t_u: usize,
+    pub m_r: usize,
+}
+
+/// Register use of a micro tile (eq. 4 made per ISA).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RegisterUse {
+    /// Output accumulators; doubled for grouped specs, which keep a per-group
+    /// partial sum next to the running output (eq. 2).
+    pub accumulators: usize,
+    /// Unpacked weights of the m_u x t_u tile plus the t_u packed words.
+    pub weights: usize,
+    /// Broadcast activations (m_u per row) plus the unpack mask.
+    pub broadcast: usize,
+    pub total: usize,
+    /// The ISA's register count (eta).
+    pub limit: usize,
+}
+
+impl RegisterUse {
+    pub fn of(spec: &KernelSpec, isa: &Isa, tile: MicroTile) -> RegisterUse {
+        let grouped = matches!(spec.group, Group::Size(_));
+        let accumulators = tile.t_u * tile.m_r * if grouped { 2 } else { 1 };
+        let weights = tile.m_u * tile.t_u + tile.t_u;
+        let broadcast = tile.m_u * tile.m_r + 1;
+        RegisterUse {
+            accumulators,
+            weights,
+            broadcast,
+            total: accumulators + weights + broadcast,
+            limit: isa.registers,
+        }
+    }
+
+    pub fn fits(&self) -> bool {
+        self.total <= self.limit
+    }
+}
+
+/// QIGen eq. 4 as printed: `m_u + m_u t_u + t_u <= eta`.
+pub fn eq4_holds(tile: MicroTile, eta: usize) -> bool {
+    tile.m_u + tile.m_u * tile.t_u + tile.t_u <= eta
+}
+
+/// Left-hand side of eq. 5 in bits, with the x and y terms counted for the
+/// `m_r` rows a micro kernel keeps in flight (m_r = 1 is the paper's form).
+pub fn eq5_lhs(bits: u32, m_r: usize, m_b: usize, t_b: usize) -> u64 {
+    let (m_r, m_b, t_b) = (m_r as u64, m_b as u64, t_b as u64);
+    32 * m_r * m_b + bits as u64 * m_b * t_b + 32 * m_r * t_b
+}
+
+/// Why a plan is as fast as the model says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Bound {
+    Memory,
+    Compute,
+}
+
+/// The roofline estimate for a plan on a shape.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Core cycles per packing unit of one tile (compute side).
+    pub cycles_per_unit_tile: f64,
+    /// Weight bytes one core can up-convert and multiply per second.
+    pub compute_gbs: f64,
+    /// Weight bytes one core can stream per second.
+    pub memory_gbs: f64,
+    /// Predicted GB/s of weights on one core, after padding waste.
+    pub gbs: f64,
+    /// Predicted GFLOPS (2 m k n per call) on one core.
+    pub gflops: f64,
+    /// Predicted GB/s when every core of the target runs.
+    pub gbs_all_cores: f64,
+    pub bound: Bound,
+    /// Fraction of computed columns that are real (n / n_pad).
+    pub column_efficiency: f64,
+}
+
+/// Cycles of FMA latency an accumulator chain must hide.
+const FMA_LATENCY: f64 = 4.0;
+
+/// Predicts one core's speed for `spec` with `tile` on `isa` for a `k x n` matrix.
+pub fn predict(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    tile: MicroTile,
+    k: usize,
+    n: usize,
+) -> Prediction {
+    let bits = spec.bits as usize;
+    let values = spec.values_per_unit() as f64;
+    let words = spec.words_per_unit() as f64;
+    let (t_u, m_r) = (tile.t_u as f64, tile.m_r as f64);
+    let rows = spec.op.rows() as f64;
+    let core = &target.core;
+
+    // Work per packing unit of one tile, in vector uops.
+    let fma_ops = t_u * values * m_r * if isa.fused_fma { 1.0 } else { 2.0 };
+    let alu_ops = t_u * unpack_alu_ops(spec.bits) as f64;
+    let loads = t_u * words + m_r * values;
+    // Per-group fold (eq. 2): two FMAs and two loads per accumulator, amortised.
+    let units_per_group = match spec.group {
+        Group::Size(g) => (g / spec.values_per_unit()) as f64,
+        Group::Column => f64::INFINITY,
+    };
+    let fold_fma = 2.0 * t_u * m_r / units_per_group;
+    let fold_loads = (2.0 * t_u + m_r) / units_per_group;
+
+    let fma_units = core.fma_units.max(1) as f64;
+    let all_units = fma_units + core.vector_alu_units as f64;
+    let issue = ((fma_ops + fold_fma) / fma_units)
+        .max((fma_ops + fold_fma + alu_ops) / all_units)
+        .max((loads + fold_loads) / core.load_units.max(1) as f64);
+    // Each accumulator receives `values` dependent FMAs per unit.
+    let latency = values * FMA_LATENCY * if isa.fused_fma { 1.0 } else { 2.0 };
+    let cycles = issue.max(latency);
+
+    let tw = (isa.lanes * tile.t_u) as f64;
+    // Weight bytes per unit of one tile: the words, plus scale and zero amortised.
+    let bytes = tw * words * 4.0 + tw * 8.0 / units_per_group;
+    // The rows of a GEMM call are processed m_r at a time, each pass re-reading
+    // the weight tile from L1, so compute scales with rows / m_r.
+    let passes = (rows / m_r).ceil();
+    let hz = core.ghz * 1e9;
+    let compute_gbs = bytes * hz / (cycles * passes) / 1e9;
+    let memory_gbs = target.memory.bandwidth_per_core_gbs;
+    let column_efficiency = n as f64 / crate::layout::round_up(n, isa.lanes * tile.t_u) as f64;
+    let raw = compute_gbs.min(memory_gbs);
+    let gbs = raw * column_efficiency;
+    let weight_bytes = (k * n * bits) as f64 / 8.0;
+    let flops = 2.0 * rows * (k * n) as f64;
+    let gflops = flops / (weight_bytes / (gbs * 1e9)) / 1e9;
+    let cores = core.cores.max(1) as f64;
+    let gbs_all_cores = (compute_gbs * cores).min(target.memory.bandwidth_gbs) * column_efficiency;
+    Prediction {
+        cycles_per_unit_tile: cycles,
+        compute_gbs,
+        memory_gbs,
+        gbs,
+        gflops,
+        gbs_all_cores,
+        bound: if compute_gbs < memory_gbs { Bound::Compute } else { Bound::Memory },
+        column_efficiency,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpack_counts_skip_needless_shift_and_mask() {
+        // 4-bit: 8 values; value 0 needs no shift, value 7 no mask.
+        assert_eq!(unpack_alu_ops(4), 7 + 7 + 8);
+        // 8-bit: 4 values.
+        assert_eq!(unpack_alu_ops(8), 3 + 3 + 4);
+        let s3 = unpack_steps(3);
+        assert_eq!(s3.len(), 32);
+        assert_eq!(s3.iter().filter(|s| s.straddles).count(), 2);
+        assert!(s3[10].straddles && s3[10].word == 0 && s3[10].shift == 30);
+        assert!(s3[21].straddles && s3[21].word == 1 && s3[21].shift == 31);
+        assert!(!s3[31].needs_mask);
+    }
+}

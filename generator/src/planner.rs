@@ -1,1 +1,318 @@
-//! TODO
+//! The search: which micro tile and which L1 blocks a kernel uses.
+//!
+//! 1. Enumerate micro tiles `(m_u, t_u, m_r)` that fit the ISA's registers
+//!    ([`RegisterUse`], eq. 4) and rank them with the model's prediction
+//!    ([`model::predict`]) for a representative shape.
+//! 2. For the chosen tile, find `m_b, t_b` maximising eq. 5's left-hand side
+//!    under the L1 size with an integer program (good_lp + microlp). The
+//!    product `m_b * t_b` makes eq. 5 bilinear, so `t_b` is fixed per solve
+//!    (one solve per panel width) and `m_b` is the integer variable; each
+//!    solution is rounded and re-checked in integers, and ties go to the
+//!    larger `m_b`, then the narrower panel, so the choice is deterministic.
+//!
+//! The model and this search are kept apart: a tuning profile replaces step 1
+//! with measured ranks without touching step 2.
+
+use crate::isa::Isa;
+use crate::layout::{round_up, Layout};
+use crate::model::{self, MicroTile, Prediction, RegisterUse};
+use crate::spec::{KernelSpec, Op};
+use crate::target::TargetDesc;
+use good_lp::{constraint, microlp, variable, ProblemVariables, Solution, SolverModel};
+use serde::Serialize;
+use std::fmt;
+
+/// Order in which a thread visits its mini-GEMV blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum BlockOrder {
+    /// Column panel by column panel, K blocks inside: the weight stream is
+    /// sequential and `y` stays hot; best when `x` fits in L2.
+    Panel,
+    /// Z-curve (Morton) order over (K block, panel): keeps both `x` and `y`
+    /// blocks close when neither fits in L2.
+    ZCurve,
+}
+
+/// Where the micro tile came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum TileSource {
+    /// Ranked by the performance model.
+    Model,
+    /// Read from a tuning profile.
+    Profile(String),
+    /// Set by the caller.
+    Fixed,
+}
+
+/// A ranked candidate micro tile.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub tile: MicroTile,
+    pub registers: RegisterUse,
+    pub prediction: Prediction,
+}
+
+/// The L1 blocking and how full it makes the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct L1Block {
+    pub m_b: usize,
+    pub t_b: usize,
+    /// eq. 5 left-hand side, bits.
+    pub lhs_bits: u64,
+    /// L1 data cache size, bits (gamma).
+    pub gamma_bits: u64,
+    pub utilization: f64,
+}
+
+/// A complete plan for one spec on one ISA of one target.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    pub target: String,
+    pub isa: &'static str,
+    pub spec: KernelSpec,
+    pub lanes: usize,
+    pub tile: MicroTile,
+    pub block: L1Block,
+    pub order: BlockOrder,
+    pub registers: RegisterUse,
+    pub prediction: Prediction,
+    pub source: TileSource,
+    /// Shape the plan was ranked for (kernels accept any shape).
+    pub shape: (usize, usize),
+    /// Every feasible tile, best first.
+    pub candidates: Vec<Candidate>,
+}
+
+impl Plan {
+    /// `q4g32_gemv_1x112__avx512f`: format, op, micro tile (m_u x columns), ISA.
+    pub fn kernel_name(&self) -> String {
+        let rows = if self.tile.m_r > 1 { format!("r{}", self.tile.m_r) } else { String::new() };
+        format!(
+            "{}_{}_{}x{}{}__{}",
+            self.spec.format_tag(),
+            self.spec.op.name(),
+            self.tile.m_u,
+            self.tile.t_u * self.lanes,
+            rows,
+            self.isa
+        )
+    }
+
+    pub fn layout(&self, k: usize, n: usize) -> Layout {
+        Layout::new(
+            self.spec.bits,
+            self.spec.group,
+            self.lanes,
+            self.tile.t_u,
+            self.block.m_b,
+            self.block.t_b,
+            k,
+            n,
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanError(pub String);
+
+impl fmt::Display for PlanError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no plan: {}", self.0)
+    }
+}
+
+impl std::error::Error for PlanError {}
+
+/// Options that steer the planner away from its defaults.
+#[derive(Clone, Debug, Default)]
+pub struct PlanOptions {
+    /// Representative shape (K, N) for ranking and block bounds; 4096x4096 if unset.
+    pub shape: Option<(usize, usize)>,
+    /// Use this tile instead of the model's pick (must fit the registers).
+    pub tile: Option<MicroTile>,
+    /// Where a fixed tile came from (a profile path), for the header.
+    pub tile_source: Option<TileSource>,
+    pub order: Option<BlockOrder>,
+}
+
+/// Most activation rows a GEMM micro kernel keeps in registers.
+const MAX_M_R: usize = 8;
+/// Widest panel considered, in tiles.
+const MAX_PANEL_TILES: usize = 64;
+
+/// Every register-feasible micro tile, best first by the model.
+pub fn rank_tiles(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    shape: (usize, usize),
+) -> Vec<Candidate> {
+    let unit = spec.values_per_unit();
+    let max_rows = match spec.op {
+        Op::Gemv => 1,
+        Op::Gemm { m } => m.min(MAX_M_R),
+    };
+    let mut out = Vec::new();
+    for m_r in 1..=max_rows {
+        for m_u in (1..=unit).filter(|d| unit % d == 0) {
+            for t_u in 1..=isa.registers {
+                let tile = MicroTile { m_u, t_u, m_r };
+                let registers = RegisterUse::of(spec, isa, tile);
+                if !registers.fits() || !model::eq4_holds(tile, isa.registers) {
+                    continue;
+                }
+                let prediction = model::predict(spec, isa, target, tile, shape.0, shape.1);
+                out.push(Candidate { tile, registers, prediction });
+            }
+        }
+    }
+    // Fastest first; among equals the one with more compute headroom, then
+    // more output vectors (fewer x broadcasts per weight), then fewer
+    // broadcasts in flight. Total order, so the ranking is deterministic.
+    out.sort_by(|a, b| {
+        let time = |c: &Candidate| 1.0 / c.prediction.gbs;
+        let work = |c: &Candidate| 1.0 / (c.prediction.compute_gbs * c.prediction.column_efficiency);
+        time(a)
+            .total_cmp(&time(b))
+            .then(work(a).total_cmp(&work(b)))
+            .then(b.tile.t_u.cmp(&a.tile.t_u))
+            .then(a.tile.m_u.cmp(&b.tile.m_u))
+            .then(b.tile.m_r.cmp(&a.tile.m_r))
+    });
+    out
+}
+
+/// Solves eq. 5 for the L1 blocks of `tile`, or `None` if no block fits.
+pub fn solve_l1(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    tile: MicroTile,
+    shape: (usize, usize),
+) -> Option<L1Block> {
+    let gamma = target.cache.l1d * 8;
+    let granule = Layout::k_granule(spec.bits, spec.group);
+    let tw = isa.lanes * tile.t_u;
+    let max_m_b = round_up(shape.0.max(1), granule);
+    let max_tiles = round_up(shape.1.max(1), tw) / tw;
+    let mut best: Option<L1Block> = None;
+    for tiles in 1..=max_tiles.min(MAX_PANEL_TILES) {
+        let t_b = tiles * tw;
+        let Some(a) = solve_m_b_units(spec.bits, tile.m_r, granule, t_b, gamma, max_m_b / granule)
+        else {
+            continue;
+        };
+        let m_b = a * granule;
+        let lhs = model::eq5_lhs(spec.bits, tile.m_r, m_b, t_b);
+        let cand = L1Block { m_b, t_b, lhs_bits: lhs, gamma_bits: gamma, utilization: lhs as f64 / gamma as f64 };
+        let better = match &best {
+            None => true,
+            Some(b) => (lhs, m_b, std::cmp::Reverse(t_b)) > (b.lhs_bits, b.m_b, std::cmp::Reverse(b.t_b)),
+        };
+        if better {
+            best = Some(cand);
+        }
+    }
+    best
+}
+
+/// The integer program for one panel width: maximise eq. 5's left-hand side
+/// over `m_b = granule * a`, `1 <= a <= a_max`, subject to eq. 5.
+fn solve_m_b_units(bits: u32, m_r: usize, granule: usize, t_b: usize, gamma: u64, a_max: usize) -> Option<usize> {
+    let fits = |a: usize| model::eq5_lhs(bits, m_r, a * granule, t_b) <= gamma;
+    if a_max == 0 || !fits(1) {
+        return None;
+    }
+    let per_unit = (32 * m_r * granule + bits as usize * granule * t_b) as f64;
+    let constant = (32 * m_r * t_b) as f64;
+    let mut vars = ProblemVariables::new();
+    let a = vars.add(variable().integer().min(1).max(a_max as f64));
+    let solution = vars
+        .maximise(per_unit * a + constant)
+        .using(microlp)
+        .with(constraint!(per_unit * a + constant <= gamma as f64))
+        .solve()
+        .ok()?;
+    // The solver answers in floats: round, then walk to the integer optimum.
+    let mut a = (solution.value(a).round().max(1.0) as usize).min(a_max);
+    while a > 1 && !fits(a) {
+        a -= 1;
+    }
+    while a < a_max && fits(a + 1) {
+        a += 1;
+    }
+    Some(a)
+}
+
+/// Plans `spec` for `isa` on `target`.
+pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOptions) -> Result<Plan, PlanError> {
+    spec.validate().map_err(|e| PlanError(e.to_string()))?;
+    if !isa.runs_on(target) {
+        return Err(PlanError(format!(
+            "ISA {} needs features {:?}, which target {} does not list",
+            isa.name,
+            isa.feature_names(),
+            target.name
+        )));
+    }
+    let shape = opts.shape.unwrap_or((4096, 4096));
+    let candidates = rank_tiles(spec, isa, target, shape);
+    let (chosen, block, source) = match opts.tile {
+        Some(tile) => {
+            let regs = RegisterUse::of(spec, isa, tile);
+            if !regs.fits() || !model::eq4_holds(tile, isa.registers) {
+                return Err(PlanError(format!(
+                    "tile m_u={} t_u={} m_r={} needs {} vector registers, {} has {}",
+                    tile.m_u, tile.t_u, tile.m_r, regs.total, isa.name, isa.registers
+                )));
+            }
+            if spec.values_per_unit() % tile.m_u != 0 || tile.m_r > spec.op.rows().max(1) {
+                return Err(PlanError(format!(
+                    "tile m_u={} m_r={}: m_u must divide {} and m_r must not exceed the {} rows of the op",
+                    tile.m_u,
+                    tile.m_r,
+                    spec.values_per_unit(),
+                    spec.op.rows()
+                )));
+            }
+            let block = solve_l1(spec, isa, target, tile, shape).ok_or_else(|| {
+                PlanError(format!("tile {tile:?} leaves no L1 block that satisfies eq. 5"))
+            })?;
+            let prediction = model::predict(spec, isa, target, tile, shape.0, shape.1);
+            let source = opts.tile_source.clone().unwrap_or(TileSource::Fixed);
+            (Candidate { tile, registers: regs, prediction }, block, source)
+        }
+        None => candidates
+            .iter()
+            .find_map(|c| solve_l1(spec, isa, target, c.tile, shape).map(|b| (c.clone(), b, TileSource::Model)))
+            .ok_or_else(|| {
+                PlanError(format!(
+                    "no micro tile of {} fits both {} registers and a {} KiB L1 for {}",
+                    isa.name,
+                    isa.registers,
+                    target.cache.l1d / 1024,
+                    spec
+                ))
+            })?,
+    };
+    let x_bytes = 4 * shape.0 * chosen.tile.m_r;
+    let order = opts.order.unwrap_or(if x_bytes as u64 <= target.cache.l2 / 2 {
+        BlockOrder::Panel
+    } else {
+        BlockOrder::ZCurve
+    });
+    Ok(Plan {
+        target: target.name.clone(),
+        isa: isa.name,
+        spec: *spec,
+        lanes: isa.lanes,
+        tile: chosen.tile,
+        block,
+        order,
+        registers: chosen.registers,
+        prediction: chosen.prediction,
+        source,
+        shape,
+        candidates,
+    })
+}

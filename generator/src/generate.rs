@@ -1,0 +1,125 @@
+//! One call from a request to a source file: what the CLI and build scripts use.
+
+use crate::emit::{self, Emitted, EmitError};
+use crate::isa::Isa;
+use crate::planner::{self, Plan, PlanError, PlanOptions};
+use crate::spec::{Group, KernelSpec, Op, SpecError};
+use crate::target::{TargetDesc, TargetError};
+use std::fmt;
+
+/// Which ISAs of a target to emit kernels for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IsaChoice {
+    /// The best ISA the target runs.
+    Best,
+    /// Every ISA the target runs, best first (what a runtime dispatches over).
+    All,
+    /// These ISAs, by name.
+    Named(Vec<String>),
+}
+
+/// What to generate for one target.
+#[derive(Clone, Debug)]
+pub struct Request {
+    pub bits: u32,
+    pub group: Group,
+    pub ops: Vec<Op>,
+    pub isas: IsaChoice,
+    pub options: PlanOptions,
+}
+
+#[derive(Debug)]
+pub enum Error {
+    Target(TargetError),
+    Spec(SpecError),
+    Plan(PlanError),
+    Emit(EmitError),
+    Io(std::io::Error),
+    Usage(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Target(e) => e.fmt(f),
+            Error::Spec(e) => e.fmt(f),
+            Error::Plan(e) => e.fmt(f),
+            Error::Emit(e) => e.fmt(f),
+            Error::Io(e) => e.fmt(f),
+            Error::Usage(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<TargetError> for Error {
+    fn from(e: TargetError) -> Self {
+        Error::Target(e)
+    }
+}
+impl From<SpecError> for Error {
+    fn from(e: SpecError) -> Self {
+        Error::Spec(e)
+    }
+}
+impl From<PlanError> for Error {
+    fn from(e: PlanError) -> Self {
+        Error::Plan(e)
+    }
+}
+impl From<EmitError> for Error {
+    fn from(e: EmitError) -> Self {
+        Error::Emit(e)
+    }
+}
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// The ISAs `choice` selects on `target`, best first.
+pub fn select_isas(target: &TargetDesc, choice: &IsaChoice) -> Result<Vec<Isa>, Error> {
+    let runs = Isa::for_target(target);
+    Ok(match choice {
+        IsaChoice::Best => runs.into_iter().take(1).collect(),
+        IsaChoice::All => runs,
+        IsaChoice::Named(names) => {
+            let mut out = Vec::new();
+            for n in names {
+                let isa = Isa::by_name(n).ok_or_else(|| {
+                    let known: Vec<_> = crate::isa::F32_FAMILY.iter().map(|i| i.name).collect();
+                    Error::Usage(format!("unknown ISA `{n}`; known: {}", known.join(", ")))
+                })?;
+                if !isa.runs_on(target) {
+                    return Err(Error::Usage(format!(
+                        "ISA `{n}` needs {:?}, which target `{}` does not have",
+                        isa.feature_names(),
+                        target.name
+                    )));
+                }
+                out.push(isa);
+            }
+            out
+        }
+    })
+}
+
+/// Plans every (ISA, op) pair of the request, ISA-major.
+pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error> {
+    let mut plans = Vec::new();
+    for isa in select_isas(target, &req.isas)? {
+        for &op in &req.ops {
+            let spec = KernelSpec::new(op, req.bits, req.group)?;
+            plans.push(planner::plan(&spec, &isa, target, &req.options)?);
+        }
+    }
+    Ok(plans)
+}
+
+/// Plans and emits the request's kernels as one source file.
+pub fn generate(target: &TargetDesc, req: &Request, command: &str) -> Result<Emitted, Error> {
+    let plans = plans_for(target, req)?;
+    Ok(emit::emit_file(target, &plans, command)?)
+}
