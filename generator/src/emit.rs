@@ -227,7 +227,8 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
             #driver
 
             /// Computes `y = x W` for `m` rows over column panels
-            /// `panel_begin..panel_end` (see `kgen::layout`).
+            /// `panel_begin..panel_end` (see `kgen::layout`), visiting blocks in
+            /// Z-curve order if `zcurve` (the plan's choice is `ZCURVE`).
             ///
             /// # Safety
             /// The CPU must have `FEATURES`; `w`, `sc`, `nz` must hold a matrix packed
@@ -237,8 +238,9 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
             pub unsafe fn run(
                 w: *const u32, sc: *const f32, nz: *const f32, x: *const f32, xs: *const f32,
                 y: *mut f32, m: usize, k_pad: usize, n_pad: usize, panel_begin: usize, panel_end: usize,
+                zcurve: bool,
             ) {
-                unsafe { body(w, sc, nz, x, xs, y, m, k_pad, n_pad, panel_begin, panel_end) }
+                unsafe { body(w, sc, nz, x, xs, y, m, k_pad, n_pad, panel_begin, panel_end, zcurve) }
             }
         }
     })
@@ -432,6 +434,7 @@ fn driver(plan: &Plan, geo: &Geometry) -> TokenStream {
         unsafe fn body(
             w: *const u32, sc: *const f32, nz: *const f32, x: *const f32, xs: *const f32,
             y: *mut f32, m: usize, k_pad: usize, n_pad: usize, panel_begin: usize, panel_end: usize,
+            zcurve: bool,
         ) {
             unsafe {
                 let kw = k_pad * #bits / 32;
@@ -474,7 +477,7 @@ fn driver(plan: &Plan, geo: &Geometry) -> TokenStream {
                         }
                     }
                 };
-                if ZCURVE {
+                if zcurve {
                     // Morton order over (K block, panel): interleave the index bits.
                     let panels = panel_end - panel_begin;
                     let side = k_blocks.max(panels).next_power_of_two();

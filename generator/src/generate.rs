@@ -107,12 +107,27 @@ pub fn select_isas(target: &TargetDesc, choice: &IsaChoice) -> Result<Vec<Isa>, 
 }
 
 /// Plans every (ISA, op) pair of the request, ISA-major.
+///
+/// When the request holds a GEMV, the other ops of the same ISA reuse its
+/// packed layout, so one packed matrix serves every kernel of the file.
 pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error> {
     let mut plans = Vec::new();
     for isa in select_isas(target, &req.isas)? {
-        for &op in &req.ops {
+        let mut ops = req.ops.clone();
+        ops.sort_by_key(|op| *op != Op::Gemv);
+        let mut shared = None;
+        for op in ops {
             let spec = KernelSpec::new(op, req.bits, req.group)?;
-            plans.push(planner::plan(&spec, &isa, target, &req.options)?);
+            let mut options = req.options.clone();
+            if shared.is_some() {
+                options.layout = shared;
+                options.tile = None;
+            }
+            let plan = planner::plan(&spec, &isa, target, &options)?;
+            if op == Op::Gemv {
+                shared = Some((plan.tile.t_u, plan.block.m_b, plan.block.t_b));
+            }
+            plans.push(plan);
         }
     }
     Ok(plans)

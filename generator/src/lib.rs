@@ -13,6 +13,8 @@ pub mod layout;
 pub mod spec;
 
 #[cfg(feature = "codegen")]
+pub mod build;
+#[cfg(feature = "codegen")]
 pub mod emit;
 #[cfg(feature = "codegen")]
 pub mod isa;

@@ -1,1 +1,293 @@
-fn main() {}
+//! The `kgen` command line.
+//!
+//! `kgen --target T --bits B --group G` writes the kernels;
+//! `kgen plan` explains the plan; `kgen targets` lists the CPUs kgen knows.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use kgen::isa::Isa;
+use kgen::model::MicroTile;
+use kgen::planner::{BlockOrder, Plan, PlanOptions};
+use kgen::spec::{Group, Op};
+use kgen::{target, Error, IsaChoice, Request};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kgen",
+    version,
+    about = "Generates quantized GEMV/GEMM kernels for a CPU",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    gen: GenArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Write the kernels for a target and weight format (the default command).
+    Gen(GenArgs),
+    /// Show the plan for a target and weight format, and why.
+    Plan(PlanArgs),
+    /// List the known targets.
+    Targets,
+}
+
+#[derive(Args, Debug, Clone)]
+struct SpecArgs {
+    /// Target name (see `kgen targets`), `native`, or a path to a target TOML.
+    #[arg(long, short, default_value = "native")]
+    target: String,
+    /// Weight bits: 2, 3, 4 or 8.
+    #[arg(long, short, default_value_t = 4)]
+    bits: u32,
+    /// Group size along K: 16, 32, 64, 128, 256, or `col` for whole column.
+    #[arg(long, short, default_value = "128")]
+    group: String,
+    /// ISAs to emit: `best`, `all`, or a comma-separated list (avx512f,avx2,portable).
+    #[arg(long, default_value = "best")]
+    isa: String,
+    /// Representative shape KxN the model ranks tiles for (kernels accept any shape).
+    #[arg(long, value_parser = parse_shape)]
+    shape: Option<(usize, usize)>,
+    /// Force the micro tile as M_UxT_U[xM_R] instead of the model's pick.
+    #[arg(long, value_parser = parse_tile)]
+    tile: Option<MicroTile>,
+    /// Force the block order.
+    #[arg(long, value_enum)]
+    order: Option<OrderArg>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct GenArgs {
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Activation rows the GEMM kernel is planned for.
+    #[arg(long, default_value_t = 32)]
+    m: usize,
+    /// Which operations to emit.
+    #[arg(long, value_enum, default_value = "both")]
+    op: OpsArg,
+    /// Output file (default: standard output). Rewritten only if the content changes.
+    #[arg(long, short)]
+    output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+struct PlanArgs {
+    #[command(flatten)]
+    spec: SpecArgs,
+    /// Plan a GEMM for M activation rows instead of a GEMV.
+    #[arg(long)]
+    m: Option<usize>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Also list every candidate micro tile with the model's prediction.
+    #[arg(long)]
+    explain: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum OpsArg {
+    Gemv,
+    Gemm,
+    Both,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum OrderArg {
+    Panel,
+    Zcurve,
+}
+
+fn parse_shape(s: &str) -> Result<(usize, usize), String> {
+    let (k, n) = s.split_once(['x', 'X']).ok_or("shape must be KxN, e.g. 4096x11008")?;
+    let k = k.parse().map_err(|_| format!("bad K in `{s}`"))?;
+    let n = n.parse().map_err(|_| format!("bad N in `{s}`"))?;
+    if k == 0 || n == 0 {
+        return Err("shape dimensions must be positive".into());
+    }
+    Ok((k, n))
+}
+
+fn parse_tile(s: &str) -> Result<MicroTile, String> {
+    let parts: Vec<usize> = s
+        .split(['x', 'X'])
+        .map(|p| p.parse().map_err(|_| format!("bad tile `{s}`: expected M_UxT_U[xM_R]")))
+        .collect::<Result<_, _>>()?;
+    match parts[..] {
+        [m_u, t_u] if m_u > 0 && t_u > 0 => Ok(MicroTile { m_u, t_u, m_r: 1 }),
+        [m_u, t_u, m_r] if m_u > 0 && t_u > 0 && m_r > 0 => Ok(MicroTile { m_u, t_u, m_r }),
+        _ => Err(format!("bad tile `{s}`: expected M_UxT_U[xM_R] with positive numbers")),
+    }
+}
+
+fn isa_choice(s: &str) -> IsaChoice {
+    match s {
+        "best" => IsaChoice::Best,
+        "all" => IsaChoice::All,
+        list => IsaChoice::Named(list.split(',').map(|x| x.trim().to_string()).collect()),
+    }
+}
+
+fn request(spec: &SpecArgs, ops: Vec<Op>) -> Result<Request, Error> {
+    let group = Group::parse(&spec.group)?;
+    Ok(Request {
+        bits: spec.bits,
+        group,
+        ops,
+        isas: isa_choice(&spec.isa),
+        options: PlanOptions {
+            shape: spec.shape,
+            tile: spec.tile,
+            tile_source: None,
+            order: spec.order.map(|o| match o {
+                OrderArg::Panel => BlockOrder::Panel,
+                OrderArg::Zcurve => BlockOrder::ZCurve,
+            }),
+            layout: None,
+        },
+    })
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    format!("kgen {}", args.join(" "))
+}
+
+fn gen(args: &GenArgs) -> Result<(), Error> {
+    let target = target::load(&args.spec.target)?;
+    let ops = match args.op {
+        OpsArg::Gemv => vec![Op::Gemv],
+        OpsArg::Gemm => vec![Op::Gemm { m: args.m }],
+        OpsArg::Both => vec![Op::Gemv, Op::Gemm { m: args.m }],
+    };
+    let req = request(&args.spec, ops)?;
+    let out = kgen::generate(&target, &req, &command_line())?;
+    match &args.output {
+        Some(path) => {
+            let changed = kgen::emit::write_if_changed(path, &out.text)?;
+            eprintln!(
+                "kgen: {} {} ({} kernel(s): {})",
+                if changed { "wrote" } else { "unchanged" },
+                path.display(),
+                out.kernels.len(),
+                out.kernels.join(", ")
+            );
+        }
+        None => print!("{}", out.text),
+    }
+    Ok(())
+}
+
+fn print_plan(p: &Plan, explain: bool) {
+    println!("kernel {}", p.kernel_name());
+    println!("  target {}  isa {} ({} f32 lanes, {} registers)", p.target, p.isa, p.lanes, p.registers.limit);
+    println!("  spec   {}", p.spec);
+    println!(
+        "  micro tile  m_u={} t_u={} m_r={}  ({} columns per tile; from {:?})",
+        p.tile.m_u,
+        p.tile.t_u,
+        p.tile.m_r,
+        p.tile.t_u * p.lanes,
+        p.source
+    );
+    println!("  L1 block    m_b={} t_b={}  order={:?}", p.block.m_b, p.block.t_b, p.order);
+    let r = &p.registers;
+    println!(
+        "  eq. 4  registers: {} acc + {} weights + {} broadcast = {} <= {}  (paper form m_u + m_u t_u + t_u = {})",
+        r.accumulators,
+        r.weights,
+        r.broadcast,
+        r.total,
+        r.limit,
+        p.tile.m_u + p.tile.m_u * p.tile.t_u + p.tile.t_u
+    );
+    println!(
+        "  eq. 5  L1: 32*{m_r}*{mb} + {b}*{mb}*{tb} + 32*{m_r}*{tb} = {} <= {} bits ({:.1}% used)",
+        p.block.lhs_bits,
+        p.block.gamma_bits,
+        100.0 * p.block.utilization,
+        m_r = p.tile.m_r,
+        mb = p.block.m_b,
+        tb = p.block.t_b,
+        b = p.spec.bits
+    );
+    let pr = &p.prediction;
+    println!(
+        "  roofline at {}x{}: compute {:.1} GB/s, memory {:.1} GB/s per core -> {:.1} GB/s, {:.1} GFLOPS on one core ({:?}-bound); {:.1} GB/s on all cores",
+        p.shape.0, p.shape.1, pr.compute_gbs, pr.memory_gbs, pr.gbs, pr.gflops, pr.bound, pr.gbs_all_cores
+    );
+    println!(
+        "  unpack: {} vector ALU ops per {}-value unit per column vector (shift/and/convert)",
+        kgen::model::unpack_alu_ops(p.spec.bits),
+        p.spec.values_per_unit()
+    );
+    if explain {
+        println!("  candidates (model rank, best first):");
+        for (i, c) in p.candidates.iter().enumerate() {
+            println!(
+                "   {:>3}. m_u={:<2} t_u={:<2} m_r={}  regs {:>2}/{}  {:>7.1} GB/s  {:>7.1} GFLOPS  compute {:>7.1} GB/s  col-eff {:.3}",
+                i + 1,
+                c.tile.m_u,
+                c.tile.t_u,
+                c.tile.m_r,
+                c.registers.total,
+                c.registers.limit,
+                c.prediction.gbs,
+                c.prediction.gflops,
+                c.prediction.compute_gbs,
+                c.prediction.column_efficiency
+            );
+        }
+    }
+}
+
+fn plan(args: &PlanArgs) -> Result<(), Error> {
+    let target = target::load(&args.spec.target)?;
+    let op = match args.m {
+        Some(m) => Op::Gemm { m },
+        None => Op::Gemv,
+    };
+    let req = request(&args.spec, vec![op])?;
+    let plans = kgen::plans_for(&target, &req)?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&plans).map_err(|e| Error::Usage(e.to_string()))?;
+        println!("{json}");
+    } else {
+        for p in &plans {
+            print_plan(p, args.explain);
+        }
+    }
+    Ok(())
+}
+
+fn targets() -> Result<(), Error> {
+    for t in target::load_all()? {
+        let isas: Vec<_> = Isa::for_target(&t).iter().map(|i| i.name).collect();
+        println!("{:<16} {}  [f32 kernels: {}]", t.name, t.summary(), isas.join(", "));
+    }
+    println!("{:<16} the CPU kgen runs on (read at run time)", "native");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        None => gen(&cli.gen),
+        Some(Command::Gen(a)) => gen(a),
+        Some(Command::Plan(a)) => plan(a),
+        Some(Command::Targets) => targets(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kgen: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -133,6 +133,9 @@ pub struct PlanOptions {
     /// Where a fixed tile came from (a profile path), for the header.
     pub tile_source: Option<TileSource>,
     pub order: Option<BlockOrder>,
+    /// Reuse another plan's packed layout `(t_u, m_b, t_b)`: the GEMM kernel
+    /// of a matrix then reads the same packed weights as its GEMV kernel.
+    pub layout: Option<(usize, usize, usize)>,
 }
 
 /// Most activation rows a GEMM micro kernel keeps in registers.
@@ -256,7 +259,31 @@ pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOption
         )));
     }
     let shape = opts.shape.unwrap_or((4096, 4096));
-    let candidates = rank_tiles(spec, isa, target, shape);
+    let mut candidates = rank_tiles(spec, isa, target, shape);
+    if let Some((t_u, m_b, t_b)) = opts.layout {
+        candidates.retain(|c| c.tile.t_u == t_u);
+        let best = candidates.first().cloned().ok_or_else(|| {
+            PlanError(format!("no {} micro tile with t_u = {t_u} fits the registers for {spec}", isa.name))
+        })?;
+        // eq. 5 in the paper's GEMV form: the shared block was solved for it.
+        let lhs = model::eq5_lhs(spec.bits, 1, m_b, t_b);
+        let gamma = target.cache.l1d * 8;
+        let block = L1Block { m_b, t_b, lhs_bits: lhs, gamma_bits: gamma, utilization: lhs as f64 / gamma as f64 };
+        return Ok(Plan {
+            target: target.name.clone(),
+            isa: isa.name,
+            spec: *spec,
+            lanes: isa.lanes,
+            tile: best.tile,
+            block,
+            order: opts.order.unwrap_or(BlockOrder::Panel),
+            registers: best.registers,
+            prediction: best.prediction,
+            source: opts.tile_source.clone().unwrap_or(TileSource::Model),
+            shape,
+            candidates,
+        });
+    }
     let (chosen, block, source) = match opts.tile {
         Some(tile) => {
             let regs = RegisterUse::of(spec, isa, tile);

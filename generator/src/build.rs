@@ -1,0 +1,291 @@
+//! Build-script integration: generate kernels into `OUT_DIR` from a
+//! downstream crate's `build.rs`.
+//!
+//! ```no_run
+//! // build.rs
+//! kgen::build::Config::new()
+//!     .spec(4, kgen::spec::Group::Size(128))
+//!     .generate()
+//!     .expect("kgen");
+//! ```
+//! and in the crate: `kgen_runtime::include_kernels!();` which defines
+//! `fn kernels() -> Vec<kgen_runtime::KernelEntry>`.
+//!
+//! Generation is a pure function of the configuration and the committed
+//! target files: nothing is timed, nothing is fetched. Files are rewritten only
+//! when their content changes.
+
+use crate::generate::{plans_for, Error, IsaChoice, Request};
+use crate::isa::Isa;
+use crate::planner::{PlanOptions, TileSource};
+use crate::spec::{Group, Op};
+use crate::target::{self, Arch, TargetDesc};
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use std::path::{Path, PathBuf};
+
+/// Environment variables a build reads (each also triggers a rebuild when it changes).
+pub const ENV_SPECS: &str = "KGEN_SPECS";
+pub const ENV_TARGETS: &str = "KGEN_TARGETS";
+pub const ENV_GEMM_M: &str = "KGEN_GEMM_M";
+
+/// What to generate.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Target names; `None`: every ISA family of the architecture being built for.
+    pub targets: Option<Vec<String>>,
+    /// `(bits, group)` formats.
+    pub specs: Vec<(u32, Group)>,
+    /// Rows the GEMM kernels are planned for.
+    pub gemm_m: usize,
+    /// Path of the runtime crate in the generated code (`::kgen_runtime`, or
+    /// `crate` inside the runtime itself).
+    pub runtime_path: String,
+    /// File name inside the output directory.
+    pub file_name: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            targets: None,
+            specs: Vec::new(),
+            gemm_m: 32,
+            runtime_path: "::kgen_runtime".into(),
+            file_name: "kgen_kernels.rs".into(),
+        }
+    }
+}
+
+/// Family targets that cover every ISA of an architecture, best first: the
+/// kernels a portable binary carries.
+pub fn family_targets(arch: Arch) -> &'static [&'static str] {
+    match arch {
+        Arch::X86_64 => &["x86-64-v4", "x86-64-v3", "generic-x86_64"],
+        Arch::Aarch64 => &["generic-aarch64"],
+    }
+}
+
+/// Parses `4:32,3:128,8:col` into formats.
+pub fn parse_specs(s: &str) -> Result<Vec<(u32, Group)>, Error> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (b, g) = p
+                .split_once(':')
+                .ok_or_else(|| Error::Usage(format!("{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col)")))?;
+            let bits = b
+                .trim()
+                .parse()
+                .map_err(|_| Error::Usage(format!("{ENV_SPECS}: bad bit width in `{p}`")))?;
+            Ok((bits, Group::parse(g)?))
+        })
+        .collect()
+}
+
+impl Config {
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// The configuration from `KGEN_SPECS` / `KGEN_TARGETS` / `KGEN_GEMM_M`,
+    /// with `default_specs` when `KGEN_SPECS` is unset.
+    pub fn from_env(default_specs: &[(u32, Group)]) -> Result<Config, Error> {
+        let mut c = Config::new();
+        c.specs = match std::env::var(ENV_SPECS) {
+            Ok(s) => parse_specs(&s)?,
+            Err(_) => default_specs.to_vec(),
+        };
+        if let Ok(t) = std::env::var(ENV_TARGETS) {
+            c.targets = Some(t.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
+        }
+        if let Ok(m) = std::env::var(ENV_GEMM_M) {
+            c.gemm_m = m.parse().map_err(|_| Error::Usage(format!("{ENV_GEMM_M}: `{m}` is not a number")))?;
+        }
+        Ok(c)
+    }
+
+    pub fn spec(mut self, bits: u32, group: Group) -> Self {
+        self.specs.push((bits, group));
+        self
+    }
+
+    pub fn target(mut self, name: &str) -> Self {
+        self.targets.get_or_insert_with(Vec::new).push(name.to_string());
+        self
+    }
+
+    pub fn runtime_path(mut self, path: &str) -> Self {
+        self.runtime_path = path.to_string();
+        self
+    }
+
+    /// Generates into `$OUT_DIR` for `$CARGO_CFG_TARGET_ARCH`, printing the
+    /// `cargo:` lines a build script needs. Returns the top-level file.
+    pub fn generate(&self) -> Result<PathBuf, Error> {
+        for var in [ENV_SPECS, ENV_TARGETS, ENV_GEMM_M] {
+            println!("cargo:rerun-if-env-changed={var}");
+        }
+        let out = std::env::var("OUT_DIR").map_err(|_| Error::Usage("OUT_DIR is not set: call generate() from build.rs".into()))?;
+        let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+            Ok("x86_64") => Arch::X86_64,
+            Ok("aarch64") => Arch::Aarch64,
+            Ok(other) => return Err(Error::Usage(format!("kgen has no kernels for target_arch `{other}`"))),
+            Err(_) => return Err(Error::Usage("CARGO_CFG_TARGET_ARCH is not set".into())),
+        };
+        let written = self.generate_to(Path::new(&out), arch)?;
+        for f in &written.inputs {
+            println!("cargo:rerun-if-changed={}", f.display());
+        }
+        Ok(written.top)
+    }
+
+    /// Generates into `dir` for `arch`. Pure: same inputs, same bytes.
+    pub fn generate_to(&self, dir: &Path, arch: Arch) -> Result<Generated, Error> {
+        if self.specs.is_empty() {
+            return Err(Error::Usage("kgen build config lists no weight formats".into()));
+        }
+        let names: Vec<String> = match &self.targets {
+            Some(t) => t.clone(),
+            None => family_targets(arch).iter().map(|s| s.to_string()).collect(),
+        };
+        let mut inputs = Vec::new();
+        let mut includes = TokenStream::new();
+        let mut pushes = TokenStream::new();
+        let mut detectors = std::collections::BTreeMap::new();
+        for name in &names {
+            let t = target::load(name)?;
+            if t.arch != arch {
+                return Err(Error::Usage(format!(
+                    "target `{}` is {} but the build is for {}",
+                    t.name,
+                    t.arch.cfg_name(),
+                    arch.cfg_name()
+                )));
+            }
+            inputs.push(target::targets_dir().join(format!("{name}.toml")));
+            let module = format_ident!("{}", rust_ident(&t.name));
+            let mut files = TokenStream::new();
+            for &(bits, group) in &self.specs {
+                let req = Request {
+                    bits,
+                    group,
+                    ops: vec![Op::Gemv, Op::Gemm { m: self.gemm_m }],
+                    isas: IsaChoice::Best,
+                    options: PlanOptions { tile_source: Some(TileSource::Model), ..PlanOptions::default() },
+                };
+                let plans = plans_for(&t, &req)?;
+                let file_name = format!("{}__{}.rs", format!("q{bits}{}", group.tag()), t.name);
+                let command = format!("kgen --target {} --bits {bits} --group {group} --m {}", t.name, self.gemm_m);
+                let emitted = crate::emit::emit_file(&t, &plans, &command)?;
+                crate::emit::write_if_changed(&dir.join(&file_name), &emitted.text)?;
+                files.extend(quote! { include!(#file_name); });
+                for plan in &plans {
+                    let isa = Isa::by_name(plan.isa).expect("planned ISA");
+                    let detect = format_ident!("detect_{}", isa.name);
+                    detectors.insert(isa.name, detector(&isa, &detect));
+                    pushes.extend(entry(&self.runtime_path, &t, &module, &plan.kernel_name(), plan.spec.op, &detect));
+                }
+            }
+            includes.extend(quote! {
+                #[allow(non_snake_case, clippy::all)]
+                pub mod #module { #files }
+            });
+        }
+        let rt: syn::Path = syn::parse_str(&self.runtime_path)
+            .map_err(|e| Error::Usage(format!("runtime path `{}`: {e}", self.runtime_path)))?;
+        let detect_fns = detectors.values();
+        let top = quote! {
+            #includes
+            #(#detect_fns)*
+            /// Every kernel generated for this build, best ISA first within each format.
+            pub fn kernels() -> ::std::vec::Vec<#rt::KernelEntry> {
+                let mut v = ::std::vec::Vec::new();
+                #pushes
+                v
+            }
+        };
+        let file: syn::File = syn::parse2(top).map_err(|e| Error::Emit(crate::emit::EmitError(format!("registry: {e}"))))?;
+        let text = format!(
+            "// @generated by kgen {} -- DO NOT EDIT.\n// Kernel registry for targets {} and formats {}.\n\n{}",
+            crate::VERSION,
+            names.join(", "),
+            self.specs.iter().map(|(b, g)| format!("{b}:{g}")).collect::<Vec<_>>().join(", "),
+            prettyplease::unparse(&file)
+        );
+        let top_path = dir.join(&self.file_name);
+        crate::emit::write_if_changed(&top_path, &text)?;
+        Ok(Generated { top: top_path, inputs })
+    }
+}
+
+/// What a build generated.
+#[derive(Clone, Debug)]
+pub struct Generated {
+    pub top: PathBuf,
+    /// Files the generation read (for `rerun-if-changed`).
+    pub inputs: Vec<PathBuf>,
+}
+
+fn rust_ident(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if s.starts_with(|c: char| c.is_ascii_digit()) {
+        format!("t_{s}")
+    } else {
+        s
+    }
+}
+
+fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
+    let features = isa.feature_names();
+    match isa.arch {
+        None => quote! { fn #name() -> bool { true } },
+        Some(Arch::X86_64) => quote! {
+            #[cfg(target_arch = "x86_64")]
+            fn #name() -> bool { true #(&& ::std::arch::is_x86_feature_detected!(#features))* }
+        },
+        Some(Arch::Aarch64) => quote! {
+            #[cfg(target_arch = "aarch64")]
+            fn #name() -> bool { true #(&& ::std::arch::is_aarch64_feature_detected!(#features))* }
+        },
+    }
+}
+
+fn entry(rt: &str, t: &TargetDesc, module: &syn::Ident, kernel: &str, op: Op, detect: &syn::Ident) -> TokenStream {
+    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
+    let k = format_ident!("{}", kernel);
+    let target_name = &t.name;
+    let gemm = matches!(op, Op::Gemm { .. });
+    let cfg = match Isa::by_name(kernel.rsplit("__").next().unwrap_or("")).and_then(|i| i.arch) {
+        Some(a) => {
+            let a = a.cfg_name();
+            quote! { #[cfg(target_arch = #a)] }
+        }
+        None => TokenStream::new(),
+    };
+    quote! {
+        #cfg
+        {
+            use #module::#k as k;
+            v.push(#rt::KernelEntry {
+                name: k::NAME,
+                isa: k::ISA,
+                target: #target_name,
+                features: k::FEATURES,
+                bits: k::BITS,
+                group: k::GROUP,
+                lanes: k::LANES,
+                m_u: k::M_U,
+                t_u: k::T_U,
+                m_r: k::M_R,
+                m_b: k::M_B,
+                t_b: k::T_B,
+                zcurve: k::ZCURVE,
+                gemm: #gemm,
+                detect: #detect,
+                run: k::run,
+            });
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The dispatch table.
+//!
+//! Filled once: every kernel whose CPU features are present, grouped by
+//! format and operation, best ISA first (the order the build generated them
+//! in). Selection then only picks the head of a list, or the forced ISA.
+
+use crate::error::Error;
+use crate::kernel::KernelEntry;
+use kgen::spec::Group;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// Environment variable that forces one ISA (`avx512f`, `avx2`, `portable`).
+pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
+
+type Key = (u32, usize, bool);
+
+pub struct Registry {
+    /// Every kernel the build holds, in build order.
+    all: Vec<KernelEntry>,
+    /// The ones this CPU runs, by (bits, group, gemm), best first.
+    table: BTreeMap<Key, Vec<KernelEntry>>,
+}
+
+fn key(bits: u32, group: Group, gemm: bool) -> Key {
+    (bits, group.size().unwrap_or(0), gemm)
+}
+
+impl Registry {
+    pub fn new(all: Vec<KernelEntry>) -> Registry {
+        let mut table: BTreeMap<Key, Vec<KernelEntry>> = BTreeMap::new();
+        for e in &all {
+            if (e.detect)() {
+                table.entry((e.bits, e.group, e.gemm)).or_default().push(*e);
+            }
+        }
+        Registry { all, table }
+    }
+
+    /// The kernels built into this crate.
+    pub fn builtin() -> &'static Registry {
+        static REG: OnceLock<Registry> = OnceLock::new();
+        REG.get_or_init(|| Registry::new(crate::builtin::kernels()))
+    }
+
+    /// Every kernel compiled in, runnable here or not.
+    pub fn all(&self) -> &[KernelEntry] {
+        &self.all
+    }
+
+    /// Kernels this CPU runs for a format, best first.
+    pub fn runnable(&self, bits: u32, group: Group, gemm: bool) -> &[KernelEntry] {
+        self.table.get(&key(bits, group, gemm)).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The GEMV kernel and the GEMM kernel sharing its layout for a format,
+    /// honouring `KGEN_FORCE_ISA`.
+    pub fn select(&self, bits: u32, group: Group) -> Result<(KernelEntry, KernelEntry), Error> {
+        let forced = std::env::var(FORCE_ISA_ENV).ok().filter(|s| !s.is_empty());
+        self.select_isa(bits, group, forced.as_deref())
+    }
+
+    /// As [`Registry::select`], with the forced ISA given explicitly.
+    pub fn select_isa(&self, bits: u32, group: Group, isa: Option<&str>) -> Result<(KernelEntry, KernelEntry), Error> {
+        let compiled: Vec<&KernelEntry> =
+            self.all.iter().filter(|e| e.bits == bits && e.group == group.size().unwrap_or(0)).collect();
+        if compiled.is_empty() {
+            let formats: std::collections::BTreeSet<String> = self
+                .all
+                .iter()
+                .map(|e| format!("{}-bit group {}", e.bits, if e.group == 0 { "column".into() } else { e.group.to_string() }))
+                .collect();
+            return Err(Error::NoKernel(format!(
+                "this build has no kernel for {bits}-bit group {group}; it has: {}. \
+                 Set KGEN_SPECS (e.g. KGEN_SPECS=\"{bits}:{group}\") when building, or generate your own with kgen::build",
+                formats.into_iter().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let gemv = self.runnable(bits, group, false);
+        let pick = match isa {
+            None => gemv.first().ok_or_else(|| {
+                Error::NoKernel(format!("no kernel for {bits}-bit group {group} runs on this CPU"))
+            })?,
+            Some(name) => match gemv.iter().find(|e| e.isa == name) {
+                Some(e) => e,
+                None if compiled.iter().any(|e| e.isa == name) => {
+                    return Err(Error::NoKernel(format!(
+                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features it needs ({:?})",
+                        compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
+                    )))
+                }
+                None => {
+                    let isas: std::collections::BTreeSet<_> = compiled.iter().map(|e| e.isa).collect();
+                    return Err(Error::NoKernel(format!(
+                        "{FORCE_ISA_ENV}={name}, but this build has no {name} kernel for {bits}-bit group {group} (it has {isas:?})"
+                    )));
+                }
+            },
+        };
+        let gemm = self
+            .runnable(bits, group, true)
+            .iter()
+            .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(pick))
+            .copied()
+            .unwrap_or(*pick);
+        Ok((*pick, gemm))
+    }
+}

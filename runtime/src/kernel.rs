@@ -1,0 +1,53 @@
+//! What the runtime knows about one generated kernel.
+
+/// The entry point every generated kernel exports as `run`: see the generated
+/// files' documentation for the argument contract.
+pub type RunFn = unsafe fn(
+    *const u32,
+    *const f32,
+    *const f32,
+    *const f32,
+    *const f32,
+    *mut f32,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    bool,
+);
+
+/// One generated kernel and the plan it was generated for.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelEntry {
+    pub name: &'static str,
+    pub isa: &'static str,
+    /// The target description it was planned for.
+    pub target: &'static str,
+    /// Run-time CPU features it needs.
+    pub features: &'static [&'static str],
+    pub bits: u32,
+    /// Group size along K; 0 for whole column.
+    pub group: usize,
+    pub lanes: usize,
+    pub m_u: usize,
+    pub t_u: usize,
+    pub m_r: usize,
+    pub m_b: usize,
+    pub t_b: usize,
+    /// The plan's block order.
+    pub zcurve: bool,
+    /// GEMM (several activation rows per micro kernel) or GEMV.
+    pub gemm: bool,
+    /// Whether the running CPU has `features`.
+    pub detect: fn() -> bool,
+    pub run: RunFn,
+}
+
+impl KernelEntry {
+    /// Whether two kernels read the same packed layout.
+    pub fn same_layout(&self, other: &KernelEntry) -> bool {
+        (self.bits, self.group, self.lanes, self.t_u, self.m_b, self.t_b)
+            == (other.bits, other.group, other.lanes, other.t_u, other.m_b, other.t_b)
+    }
+}

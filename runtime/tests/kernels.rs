@@ -1,0 +1,181 @@
+//! Every generated kernel against the scalar oracle (dequantize, accumulate
+//! in f64), on random data, over every format this build holds x every ISA
+//! this CPU runs x shapes with ragged edges x row counts x both block orders.
+
+use kgen::format::{random_gptq, GptqMatrix, Rng};
+use kgen_runtime::pool::Pool;
+use kgen_runtime::{Group, QuantMatrix, Registry};
+use std::collections::BTreeSet;
+
+/// `(k, n)` pairs: k not a multiple of the group or block, n not a multiple of
+/// the tile width, several K blocks and panels.
+const SHAPES: &[(usize, usize)] = &[(1, 1), (31, 7), (100, 33), (257, 130), (1000, 300), (2600, 70)];
+const ROWS: &[usize] = &[1, 2, 3, 5, 9];
+
+/// Formats in the build, as (bits, group).
+fn formats(reg: &Registry) -> BTreeSet<(u32, usize)> {
+    reg.all().iter().map(|e| (e.bits, e.group)).collect()
+}
+
+fn group_of(g: usize) -> Group {
+    if g == 0 {
+        Group::Column
+    } else {
+        Group::Size(g)
+    }
+}
+
+/// Checks `y` against the oracle. The bound is relative to the magnitude of
+/// the terms the kernel sums (|x| s (q + z)), with an f32 rounding allowance
+/// that grows like sqrt(k): a single wrong weight is far outside it.
+pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
+    let reference = m.reference_gemm(x, rows);
+    let gs = m.group_size();
+    for r in 0..rows {
+        for j in 0..m.n {
+            let mut bound = 0f64;
+            for i in 0..m.k {
+                let g = i / gs;
+                let s = m.scales[g * m.n + j] as f64;
+                let z = m.zeros[g * m.n + j] as f64;
+                bound += (x[r * m.k + i] as f64).abs() * s * (m.q(i, j) as f64 + z);
+            }
+            let tol = 16.0 * f32::EPSILON as f64 * ((m.k + 1) as f64).sqrt() * bound + 1e-30;
+            let got = y[r * m.n + j] as f64;
+            let want = reference[r * m.n + j];
+            assert!(
+                (got - want).abs() <= tol,
+                "{what}: row {r} col {j}: got {got}, want {want} (tol {tol:e})"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_oracle() {
+    let reg = Registry::builtin();
+    let pool = Pool::new(1);
+    let mut checked = 0;
+    for (bits, g) in formats(reg) {
+        let group = group_of(g);
+        let isas: Vec<&str> = reg.runnable(bits, group, false).iter().map(|e| e.isa).collect();
+        assert!(!isas.is_empty(), "{bits}-bit g{g}: no runnable kernel");
+        assert_eq!(*isas.last().unwrap(), "portable", "portable fallback must always be there");
+        for (si, &(k, n)) in SHAPES.iter().enumerate() {
+            let w = random_gptq(k, n, bits, group, 17 + si as u64 * 31 + bits as u64);
+            for isa in &isas {
+                let mut qm = QuantMatrix::from_gptq_isa(reg, &w, None, Some(isa)).unwrap();
+                assert_eq!(qm.gemv_kernel().isa, *isa, "forced ISA must be the one that runs");
+                assert_eq!(qm.gemm_kernel().isa, *isa);
+                for zcurve in [false, true] {
+                    qm.set_zcurve(zcurve);
+                    for &rows in ROWS {
+                        let x = Rng::new(k as u64 * 7 + rows as u64).vec_f32(rows * k);
+                        let mut y = vec![f32::NAN; rows * n];
+                        qm.gemm_on(&pool, &x, rows, &mut y).unwrap();
+                        let what = format!(
+                            "{} / {} {k}x{n} rows {rows} zcurve {zcurve}",
+                            qm.gemv_kernel().name,
+                            qm.gemm_kernel().name
+                        );
+                        check(&w, &x, rows, &y, &what);
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 0);
+    eprintln!("checked {checked} kernel runs");
+}
+
+#[test]
+fn thread_count_does_not_change_results() {
+    let reg = Registry::builtin();
+    for (bits, g) in formats(reg) {
+        let group = group_of(g);
+        let w = random_gptq(777, 1500, bits, group, 5);
+        let qm = QuantMatrix::from_gptq_with(reg, &w, None).unwrap();
+        for rows in [1, 4] {
+            let x = Rng::new(9).vec_f32(rows * 777);
+            let mut y1 = vec![0f32; rows * 1500];
+            qm.gemm_on(&Pool::new(1), &x, rows, &mut y1).unwrap();
+            for threads in [2, 3, 5] {
+                let mut yt = vec![0f32; rows * 1500];
+                qm.gemm_on(&Pool::new(threads), &x, rows, &mut yt).unwrap();
+                assert!(
+                    y1.iter().zip(&yt).all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{bits}-bit g{g} rows {rows}: {threads} threads differ from 1"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn act_order_permutation_is_applied_to_activations() {
+    let reg = Registry::builtin();
+    let (k, n) = (256, 40);
+    let w = random_gptq(k, n, 4, Group::Size(128), 3);
+    // The packed rows are the original rows in `perm` order.
+    let perm: Vec<u32> = (0..k as u32).rev().collect();
+    let qm = QuantMatrix::from_gptq_with(reg, &w, Some(perm.clone())).unwrap();
+    let x = Rng::new(1).vec_f32(k);
+    let xp: Vec<f32> = perm.iter().map(|&i| x[i as usize]).collect();
+    let mut y = vec![0f32; n];
+    qm.gemv(&x, &mut y).unwrap();
+    check(&w, &xp, 1, &y, "act-order");
+}
+
+#[test]
+fn bad_shapes_and_data_are_errors() {
+    let w = random_gptq(64, 16, 4, Group::Size(32), 1);
+    let qm = QuantMatrix::from_gptq(&w).unwrap();
+    let mut y = vec![0f32; 16];
+    assert!(qm.gemv(&[0.0; 63], &mut y).unwrap_err().to_string().contains("shape mismatch"));
+    assert!(qm.gemv(&[0.0; 64], &mut [0.0; 15]).is_err());
+    assert!(qm.gemm(&[0.0; 128], 3, &mut [0.0; 48]).is_err());
+    assert!(qm.gemm(&[], 0, &mut []).is_err());
+    // Buffers that disagree with the shape.
+    let mut bad = w.clone();
+    bad.qweight.pop();
+    assert!(QuantMatrix::from_gptq(&bad).unwrap_err().to_string().contains("qweight"));
+    let mut bad = w.clone();
+    bad.scales[3] = f32::NAN;
+    assert!(QuantMatrix::from_gptq(&bad).is_err());
+    assert!(QuantMatrix::from_f32(&[0.0; 10], 3, 3, 4, Group::Size(32)).is_err());
+    assert!(QuantMatrix::from_f32(&[f32::INFINITY; 9], 3, 3, 4, Group::Size(32)).is_err());
+    assert!(QuantMatrix::from_f32(&[0.0; 9], 3, 3, 5, Group::Size(32)).unwrap_err().to_string().contains("5 weight bits"));
+    let e = QuantMatrix::from_raw(64, 16, 4, Group::Size(32), vec![0; 10], vec![1.0; 32], vec![0.0; 32]);
+    assert!(e.is_err());
+    let e = QuantMatrix::from_raw(64, 16, 4, Group::Size(32), vec![0; 128], vec![1.0; 32], vec![99.0; 32]);
+    assert!(e.unwrap_err().to_string().contains("zero point"));
+    let bad_perm = Some(vec![0u32; 64]);
+    assert!(QuantMatrix::from_gptq_with(Registry::builtin(), &w, bad_perm).is_err());
+    // A format the build has no kernel for is an error naming the fix.
+    let w16 = random_gptq(64, 16, 2, Group::Size(256), 1);
+    if !Registry::builtin().all().iter().any(|e| e.bits == 2 && e.group == 256) {
+        let e = QuantMatrix::from_gptq(&w16).unwrap_err().to_string();
+        assert!(e.contains("KGEN_SPECS"), "{e}");
+    }
+}
+
+#[test]
+fn constructors_agree() {
+    let (k, n) = (300, 50);
+    let wf = Rng::new(4).vec_f32(k * n);
+    let a = QuantMatrix::from_f32(&wf, k, n, 4, Group::Size(32)).unwrap();
+    let g = GptqMatrix::quantize_rtn(k, n, 4, Group::Size(32), &wf);
+    let b = QuantMatrix::from_raw(k, n, 4, Group::Size(32), g.qweight.clone(), g.scales.clone(), g.zeros.clone()).unwrap();
+    let x = Rng::new(8).vec_f32(k);
+    let (mut ya, mut yb) = (vec![0f32; n], vec![0f32; n]);
+    a.gemv(&x, &mut ya).unwrap();
+    b.gemv(&x, &mut yb).unwrap();
+    assert_eq!(ya, yb);
+    check(&g, &x, 1, &ya, "from_f32");
+    // And RTN is close to the f32 product itself.
+    for j in 0..n {
+        let exact: f64 = (0..k).map(|i| x[i] as f64 * wf[i * n + j] as f64).sum();
+        assert!((ya[j] as f64 - exact).abs() < 0.05 * k as f64 / 16.0, "col {j}");
+    }
+}
