@@ -247,6 +247,36 @@ fn solve_m_b_units(bits: u32, m_r: usize, granule: usize, t_b: usize, gamma: u64
     Some(a)
 }
 
+/// Predicted-time slack within which a tile that fills L1 better is preferred.
+const NEAR_BEST: f64 = 0.03;
+/// eq. 5 utilisation the planner aims for.
+const L1_TARGET: f64 = 0.9;
+
+/// The model's best tile with a feasible L1 block; among tiles predicted
+/// within [`NEAR_BEST`] of it, the first whose block fills at least
+/// [`L1_TARGET`] of L1 (the block sizes' granularity can leave the best
+/// tile's block well short of it).
+fn pick_tile(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    candidates: &[Candidate],
+    shape: (usize, usize),
+) -> Option<(Candidate, L1Block, TileSource)> {
+    let mut feasible = candidates
+        .iter()
+        .filter_map(|c| solve_l1(spec, isa, target, c.tile, shape).map(|b| (c.clone(), b, TileSource::Model)));
+    let best = feasible.next()?;
+    if best.1.utilization >= L1_TARGET {
+        return Some(best);
+    }
+    let limit = best.0.prediction.gbs * (1.0 - NEAR_BEST);
+    feasible
+        .take_while(|(c, _, _)| c.prediction.gbs >= limit)
+        .find(|(_, b, _)| b.utilization >= L1_TARGET)
+        .or(Some(best))
+}
+
 /// Plans `spec` for `isa` on `target`.
 pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOptions) -> Result<Plan, PlanError> {
     spec.validate().map_err(|e| PlanError(e.to_string()))?;
@@ -309,9 +339,7 @@ pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOption
             let source = opts.tile_source.clone().unwrap_or(TileSource::Fixed);
             (Candidate { tile, registers: regs, prediction }, block, source)
         }
-        None => candidates
-            .iter()
-            .find_map(|c| solve_l1(spec, isa, target, c.tile, shape).map(|b| (c.clone(), b, TileSource::Model)))
+        None => pick_tile(spec, isa, target, &candidates, shape)
             .ok_or_else(|| {
                 PlanError(format!(
                     "no micro tile of {} fits both {} registers and a {} KiB L1 for {}",
