@@ -67,7 +67,10 @@ pub fn detect() -> TargetDesc {
             load_units: 2,
         },
         // A conservative two-channel desktop figure, used only by the model.
-        memory: Memory { bandwidth_gbs: 40.0, bandwidth_per_core_gbs: 20.0 },
+        memory: Memory {
+            bandwidth_gbs: 40.0,
+            bandwidth_per_core_gbs: 20.0,
+        },
     }
 }
 
@@ -182,7 +185,9 @@ fn sve_bits() -> Option<u32> {
 fn cpuinfo_field<'a>(info: &'a str, key: &str) -> Option<&'a str> {
     info.lines().find_map(|line| {
         let (k, v) = line.split_once(':')?;
-        (k.trim() == key).then(|| v.trim()).filter(|v| !v.is_empty())
+        (k.trim() == key)
+            .then(|| v.trim())
+            .filter(|v| !v.is_empty())
     })
 }
 
@@ -190,9 +195,10 @@ fn model_from_cpuinfo(info: &str) -> Option<String> {
     if let Some(name) = cpuinfo_field(info, "model name") {
         return Some(name.split_whitespace().collect::<Vec<_>>().join(" "));
     }
-    if let (Some(implementer), Some(part)) =
-        (cpuinfo_field(info, "CPU implementer"), cpuinfo_field(info, "CPU part"))
-    {
+    if let (Some(implementer), Some(part)) = (
+        cpuinfo_field(info, "CPU implementer"),
+        cpuinfo_field(info, "CPU part"),
+    ) {
         let parse = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).ok();
         let known = match (parse(implementer), parse(part)) {
             (Some(i), Some(p)) => arm_core_name(i, p),
@@ -229,14 +235,19 @@ fn arm_core_name(implementer: u32, part: u32) -> Option<&'static str> {
 /// maximum, else 3.0. Values outside 0.2..=10 GHz are treated as unknown.
 fn clock_ghz() -> f64 {
     let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let from_cpuinfo = cpuinfo_field(&info, "cpu MHz").and_then(|v| v.parse::<f64>().ok()).map(|mhz| mhz / 1e3);
+    let from_cpuinfo = cpuinfo_field(&info, "cpu MHz")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|mhz| mhz / 1e3);
     let from_cpufreq = || {
         read_trimmed("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
             .and_then(|v| v.parse::<f64>().ok())
             .map(|khz| khz / 1e6)
     };
     let plausible = |ghz: &f64| ghz.is_finite() && (0.2..=10.0).contains(ghz);
-    let ghz = from_cpuinfo.filter(plausible).or_else(|| from_cpufreq().filter(plausible)).unwrap_or(3.0);
+    let ghz = from_cpuinfo
+        .filter(plausible)
+        .or_else(|| from_cpufreq().filter(plausible))
+        .unwrap_or(3.0);
     (ghz * 100.0).round() / 100.0
 }
 
@@ -268,7 +279,10 @@ fn count_cpu_list(s: &str) -> Option<usize> {
     for part in s.trim().split(',').filter(|p| !p.is_empty()) {
         n += match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b) = (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?);
+                let (a, b) = (
+                    a.trim().parse::<usize>().ok()?,
+                    b.trim().parse::<usize>().ok()?,
+                );
                 b.checked_sub(a)? + 1
             }
             None => {
@@ -291,7 +305,9 @@ fn threads_per_core() -> usize {
 /// Physical cores this process may use: usable hardware threads divided by
 /// threads per core (threads on SMT siblings share one core's pipes).
 fn physical_cores() -> u32 {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let cores = (threads / threads_per_core().max(1)).max(1);
     u32::try_from(cores).unwrap_or(u32::MAX)
 }
@@ -316,7 +332,9 @@ fn sys_caches() -> Vec<SysCache> {
         }
         let level = read_trimmed(format!("{dir}/level")).and_then(|s| s.parse().ok());
         let size = read_trimmed(format!("{dir}/size")).and_then(|s| parse_size(&s));
-        let (Some(level), Some(size)) = (level, size) else { continue };
+        let (Some(level), Some(size)) = (level, size) else {
+            continue;
+        };
         caches.push(SysCache {
             level,
             kind: read_trimmed(format!("{dir}/type")).unwrap_or_default(),
@@ -340,7 +358,9 @@ fn detect_cache(arch: Arch) -> Cache {
 /// falling back to typical sizes for the architecture.
 fn cache_from(caches: &[SysCache], threads_per_core: usize, arch: Arch) -> Cache {
     let data = |level: u32| {
-        caches.iter().find(|c| c.level == level && c.size > 0 && (c.kind == "Data" || c.kind == "Unified"))
+        caches
+            .iter()
+            .find(|c| c.level == level && c.size > 0 && (c.kind == "Data" || c.kind == "Unified"))
     };
     let (default_l1d, default_l2) = match arch {
         Arch::X86_64 => (32 * 1024, 1024 * 1024),
@@ -352,7 +372,10 @@ fn cache_from(caches: &[SysCache], threads_per_core: usize, arch: Arch) -> Cache
         .filter_map(|c| c.line)
         .find(|l| l.is_power_of_two() && (16..=1024).contains(l))
         .unwrap_or(64);
-    let l1d = data(1).map(|c| c.size).filter(|s| *s >= line).unwrap_or(default_l1d);
+    let l1d = data(1)
+        .map(|c| c.size)
+        .filter(|s| *s >= line)
+        .unwrap_or(default_l1d);
 
     // L2 per core: an instance shared by a cluster (common on Arm) is split
     // between the cores sharing it; SMT siblings do not count as cores.
@@ -361,14 +384,22 @@ fn cache_from(caches: &[SysCache], threads_per_core: usize, arch: Arch) -> Cache
         Some(c) => {
             let cores = (c.sharers / threads_per_core.max(1)).max(1) as u64;
             let share = c.size / cores;
-            if share > l1d { share } else { c.size }
+            if share > l1d {
+                share
+            } else {
+                c.size
+            }
         }
         None => default_l2,
     };
     let l2 = if l2 > l1d { l2 } else { l1d * 2 };
 
     // Without an L3 the shared L2 instance is the last level.
-    let l3 = data(3).map(|c| c.size).or(l2_instance).unwrap_or(l2).max(l2);
+    let l3 = data(3)
+        .map(|c| c.size)
+        .or(l2_instance)
+        .unwrap_or(l2)
+        .max(l2);
 
     Cache { l1d, l2, l3, line }
 }
@@ -381,7 +412,8 @@ mod tests {
     fn detect_is_valid() {
         let t = detect();
         assert_eq!(t.name, "native");
-        t.validate().unwrap_or_else(|e| panic!("native target invalid: {e}\n{t:#?}"));
+        t.validate()
+            .unwrap_or_else(|e| panic!("native target invalid: {e}\n{t:#?}"));
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -389,7 +421,10 @@ mod tests {
     fn detect_matches_std_detection() {
         let t = detect();
         assert_eq!(t.arch, Arch::X86_64);
-        assert_eq!(t.has(Feature::Avx2), is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avx"));
+        assert_eq!(
+            t.has(Feature::Avx2),
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avx")
+        );
         if is_x86_feature_detected!("avx512f") && t.has(Feature::Avx512f) {
             assert_eq!(t.vector_bits, 512);
         }
@@ -415,17 +450,29 @@ mod tests {
     #[test]
     fn model_name_from_cpuinfo() {
         let x86 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD Ryzen 9  9950X 16-Core Processor\ncpu MHz\t\t: 4300.000\n";
-        assert_eq!(model_from_cpuinfo(x86).as_deref(), Some("AMD Ryzen 9 9950X 16-Core Processor"));
+        assert_eq!(
+            model_from_cpuinfo(x86).as_deref(),
+            Some("AMD Ryzen 9 9950X 16-Core Processor")
+        );
         let arm = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU part\t: 0xd0c\n";
         assert_eq!(model_from_cpuinfo(arm).as_deref(), Some("Arm Neoverse N1"));
         let other = "CPU implementer\t: 0x61\nCPU part\t: 0x022\n";
-        assert_eq!(model_from_cpuinfo(other).as_deref(), Some("aarch64 implementer 0x61 part 0x022"));
+        assert_eq!(
+            model_from_cpuinfo(other).as_deref(),
+            Some("aarch64 implementer 0x61 part 0x022")
+        );
         assert_eq!(model_from_cpuinfo(""), None);
         assert!(!cpu_model().is_empty());
     }
 
     fn sys(level: u32, kind: &str, size: u64, sharers: usize) -> SysCache {
-        SysCache { level, kind: kind.to_string(), size, line: Some(64), sharers }
+        SysCache {
+            level,
+            kind: kind.to_string(),
+            size,
+            line: Some(64),
+            sharers,
+        }
     }
 
     #[test]
@@ -438,7 +485,10 @@ mod tests {
             sys(3, "Unified", 32 << 20, 16),
         ];
         let c = cache_from(&x86, 2, Arch::X86_64);
-        assert_eq!((c.l1d, c.l2, c.l3, c.line), (48 << 10, 1 << 20, 32 << 20, 64));
+        assert_eq!(
+            (c.l1d, c.l2, c.l3, c.line),
+            (48 << 10, 1 << 20, 32 << 20, 64)
+        );
 
         // An Arm cluster: 2 MiB L2 shared by four cores, no L3.
         let arm = [sys(1, "Data", 64 << 10, 1), sys(2, "Unified", 2 << 20, 4)];

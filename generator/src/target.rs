@@ -268,7 +268,10 @@ impl Feature {
     pub fn consistent(arch: Arch, found: &[Feature]) -> Vec<Feature> {
         let mut kept: Vec<Feature> = Vec::new();
         for f in Feature::ALL {
-            if f.arch() == arch && found.contains(&f) && f.requires().iter().all(|r| kept.contains(r)) {
+            if f.arch() == arch
+                && found.contains(&f)
+                && f.requires().iter().all(|r| kept.contains(r))
+            {
                 kept.push(f);
             }
         }
@@ -297,7 +300,10 @@ impl fmt::Display for Invalid {
 impl std::error::Error for Invalid {}
 
 fn invalid(key: &str, message: impl Into<String>) -> Result<(), Invalid> {
-    Err(Invalid { key: key.to_string(), message: message.into() })
+    Err(Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    })
 }
 
 const KIB: u64 = 1024;
@@ -333,7 +339,10 @@ impl TargetDesc {
 
     fn validate_name(&self) -> Result<(), Invalid> {
         let ok = !self.name.is_empty()
-            && self.name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !ok {
             return invalid(
                 "name",
@@ -364,10 +373,17 @@ impl TargetDesc {
             }
         }
         for f in &self.features {
-            let missing: Vec<&str> =
-                f.requires().iter().filter(|r| !self.has(**r)).map(|r| r.name()).collect();
+            let missing: Vec<&str> = f
+                .requires()
+                .iter()
+                .filter(|r| !self.has(**r))
+                .map(|r| r.name())
+                .collect();
             if !missing.is_empty() {
-                return invalid("features", format!("{} requires {}", f.name(), missing.join(" and ")));
+                return invalid(
+                    "features",
+                    format!("{} requires {}", f.name(), missing.join(" and ")),
+                );
             }
         }
         match (self.has(Feature::Sve), self.sve_vector_bits) {
@@ -389,20 +405,34 @@ impl TargetDesc {
 
     fn validate_vectors(&self) -> Result<(), Invalid> {
         let (expected, why) = match self.arch {
-            Arch::X86_64 if self.has(Feature::Avx512f) => (512, "avx512f has 512-bit registers".to_string()),
-            Arch::X86_64 if self.has(Feature::Avx) => {
-                (256, "with avx and without avx512f the widest registers are 256-bit".to_string())
+            Arch::X86_64 if self.has(Feature::Avx512f) => {
+                (512, "avx512f has 512-bit registers".to_string())
             }
-            Arch::X86_64 => (128, "without avx the widest x86_64 registers are 128-bit (SSE)".to_string()),
+            Arch::X86_64 if self.has(Feature::Avx) => (
+                256,
+                "with avx and without avx512f the widest registers are 256-bit".to_string(),
+            ),
+            Arch::X86_64 => (
+                128,
+                "without avx the widest x86_64 registers are 128-bit (SSE)".to_string(),
+            ),
             Arch::Aarch64 => match self.sve_vector_bits {
-                Some(bits) if self.has(Feature::Sve) => (bits, format!("sve_vector_bits is {bits}")),
-                _ => (128, "without sve aarch64 vector registers are 128-bit (NEON)".to_string()),
+                Some(bits) if self.has(Feature::Sve) => {
+                    (bits, format!("sve_vector_bits is {bits}"))
+                }
+                _ => (
+                    128,
+                    "without sve aarch64 vector registers are 128-bit (NEON)".to_string(),
+                ),
             },
         };
         if self.vector_bits != expected {
             return invalid(
                 "vector_bits",
-                format!("{} does not match the features: {why}, so it must be {expected}", self.vector_bits),
+                format!(
+                    "{} does not match the features: {why}, so it must be {expected}",
+                    self.vector_bits
+                ),
             );
         }
         let regs = self.vector_registers;
@@ -422,14 +452,19 @@ impl TargetDesc {
                     );
                 }
                 if regs == 16 && avx512 {
-                    return invalid("vector_registers", "avx512f has 32 vector registers (zmm0-zmm31), not 16");
+                    return invalid(
+                        "vector_registers",
+                        "avx512f has 32 vector registers (zmm0-zmm31), not 16",
+                    );
                 }
             }
             Arch::Aarch64 => {
                 if regs != 32 {
                     return invalid(
                         "vector_registers",
-                        format!("{regs} is wrong: aarch64 has 32 vector registers (v0-v31 / z0-z31)"),
+                        format!(
+                            "{regs} is wrong: aarch64 has 32 vector registers (v0-v31 / z0-z31)"
+                        ),
                     );
                 }
             }
@@ -439,7 +474,12 @@ impl TargetDesc {
 
     fn validate_cache(&self) -> Result<(), Invalid> {
         let c = &self.cache;
-        for (key, v) in [("cache.l1d", c.l1d), ("cache.l2", c.l2), ("cache.l3", c.l3), ("cache.line", c.line)] {
+        for (key, v) in [
+            ("cache.l1d", c.l1d),
+            ("cache.l2", c.l2),
+            ("cache.l3", c.l3),
+            ("cache.line", c.line),
+        ] {
             if v == 0 {
                 return invalid(key, "must be greater than zero (sizes are in bytes)");
             }
@@ -450,7 +490,10 @@ impl TargetDesc {
         if c.l1d < c.line {
             return invalid(
                 "cache.l1d",
-                format!("{} bytes is smaller than one {}-byte cache line; sizes are in bytes", c.l1d, c.line),
+                format!(
+                    "{} bytes is smaller than one {}-byte cache line; sizes are in bytes",
+                    c.l1d, c.line
+                ),
             );
         }
         if c.l2 <= c.l1d {
@@ -482,10 +525,16 @@ impl TargetDesc {
             return invalid("core.cores", "must be at least 1");
         }
         if !c.ghz.is_finite() || c.ghz <= 0.0 {
-            return invalid("core.ghz", format!("{} is not a positive clock in GHz", c.ghz));
+            return invalid(
+                "core.ghz",
+                format!("{} is not a positive clock in GHz", c.ghz),
+            );
         }
         if c.ghz > 10.0 {
-            return invalid("core.ghz", format!("{} GHz is implausible; the clock is in GHz, not MHz", c.ghz));
+            return invalid(
+                "core.ghz",
+                format!("{} GHz is implausible; the clock is in GHz, not MHz", c.ghz),
+            );
         }
         for (key, v) in [
             ("core.fma_units", c.fma_units),
@@ -494,7 +543,10 @@ impl TargetDesc {
             ("core.load_units", c.load_units),
         ] {
             if v == 0 {
-                return invalid(key, "must be at least 1 (a core with no such pipe cannot run the kernels)");
+                return invalid(
+                    key,
+                    "must be at least 1 (a core with no such pipe cannot run the kernels)",
+                );
             }
         }
         Ok(())
@@ -528,7 +580,11 @@ impl TargetDesc {
         let features = if self.features.is_empty() {
             "baseline".to_string()
         } else {
-            self.features.iter().map(|f| f.name()).collect::<Vec<_>>().join(",")
+            self.features
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(",")
         };
         let vectors = match self.sve_vector_bits {
             Some(bits) if self.has(Feature::Sve) => format!("SVE {bits}-bit"),
@@ -567,9 +623,16 @@ struct Entry {
 
 fn collect_entries(table: &DeTable<'_>, prefix: &str, out: &mut Vec<Entry>) {
     for (k, v) in table.iter() {
-        let path =
-            if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
-        out.push(Entry { path: path.clone(), key: k.span(), value: v.span() });
+        let path = if prefix.is_empty() {
+            k.get_ref().to_string()
+        } else {
+            format!("{prefix}.{}", k.get_ref())
+        };
+        out.push(Entry {
+            path: path.clone(),
+            key: k.span(),
+            value: v.span(),
+        });
         if let DeValue::Table(inner) = v.get_ref() {
             collect_entries(inner, &path, out);
         }
@@ -585,7 +648,10 @@ fn entries(table: &DeTable<'_>) -> Vec<Entry> {
 /// 1-based line of byte offset `at` (clamped to the text).
 fn line_at(text: &str, at: usize) -> usize {
     let at = at.min(text.len());
-    1 + text.as_bytes()[..at].iter().filter(|b| **b == b'\n').count()
+    1 + text.as_bytes()[..at]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
 }
 
 fn contains(outer: &Span, inner: &Span) -> bool {
@@ -598,7 +664,11 @@ fn contains(outer: &Span, inner: &Span) -> bool {
 fn entry_at<'a>(all: &'a [Entry], span: &Span) -> Option<&'a Entry> {
     all.iter()
         .filter_map(|e| {
-            let enclosing = [&e.key, &e.value].into_iter().filter(|s| contains(s, span)).map(|s| s.len()).min()?;
+            let enclosing = [&e.key, &e.value]
+                .into_iter()
+                .filter(|s| contains(s, span))
+                .map(|s| s.len())
+                .min()?;
             Some((enclosing, std::cmp::Reverse(e.path.len()), e))
         })
         .min_by_key(|(len, depth, _)| (*len, *depth))
@@ -629,8 +699,17 @@ fn key_near_syntax_error(text: &str, at: usize) -> Option<String> {
     let line = line_at(text, at);
     all.iter()
         .filter(|e| reaches(&e.key) || reaches(&e.value))
-        .min_by_key(|e| (e.value.len().min(e.key.len()), std::cmp::Reverse(e.path.len())))
-        .or_else(|| all.iter().filter(|e| line_at(text, e.key.start) == line).max_by_key(|e| e.path.len()))
+        .min_by_key(|e| {
+            (
+                e.value.len().min(e.key.len()),
+                std::cmp::Reverse(e.path.len()),
+            )
+        })
+        .or_else(|| {
+            all.iter()
+                .filter(|e| line_at(text, e.key.start) == line)
+                .max_by_key(|e| e.path.len())
+        })
         .map(|e| e.path.clone())
         .or_else(|| key_from_line_text(text, line))
 }
@@ -639,7 +718,11 @@ fn key_near_syntax_error(text: &str, at: usize) -> Option<String> {
 /// dots removed, or `None` when `raw` is not one.
 fn bare_key(raw: &str) -> Option<String> {
     let parts: Vec<&str> = raw.split('.').map(str::trim).collect();
-    let bare = |p: &&str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let bare = |p: &&str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    };
     parts.iter().all(bare).then(|| parts.join("."))
 }
 
@@ -658,7 +741,12 @@ fn key_from_line_text(text: &str, line: usize) -> Option<String> {
         return header(here);
     }
     let key = bare_key(here.split_once('=')?.0)?;
-    match lines[..line - 1].iter().rev().find(|l| l.trim_start().starts_with('[')).and_then(|l| header(l)) {
+    match lines[..line - 1]
+        .iter()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .and_then(|l| header(l))
+    {
         Some(table) => Some(format!("{table}.{key}")),
         None => Some(key),
     }
@@ -713,7 +801,9 @@ pub fn parse(text: &str, file: &Path) -> Result<TargetDesc, TargetError> {
         Ok(desc) => desc,
         Err(e) => {
             let message = e.message();
-            let missing = message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`'));
+            let missing = message
+                .strip_prefix("missing field `")
+                .and_then(|m| m.strip_suffix('`'));
             return Err(match (missing, e.span()) {
                 (Some(field), span) => {
                     // The span is the table lacking the field: its header (or
@@ -725,7 +815,11 @@ pub fn parse(text: &str, file: &Path) -> Result<TargetDesc, TargetError> {
                             Some(format!("{}.{field}", t.path)),
                             format!("missing from [{}]; every target sets every key", t.path),
                         ),
-                        None => error(None, Some(field.to_string()), "missing; every target sets every key".into()),
+                        None => error(
+                            None,
+                            Some(field.to_string()),
+                            "missing; every target sets every key".into(),
+                        ),
                     }
                 }
                 (None, Some(span)) => {
@@ -751,8 +845,13 @@ pub fn parse(text: &str, file: &Path) -> Result<TargetDesc, TargetError> {
             }
         }
     }
-    desc.validate()
-        .map_err(|inv| error(line_of_key(&all, text, &inv.key), Some(inv.key), inv.message))?;
+    desc.validate().map_err(|inv| {
+        error(
+            line_of_key(&all, text, &inv.key),
+            Some(inv.key),
+            inv.message,
+        )
+    })?;
     Ok(desc)
 }
 
@@ -793,7 +892,10 @@ pub fn load(name_or_path: &str) -> Result<TargetDesc, TargetError> {
             file,
             key: None,
             line: None,
-            message: format!("unknown target `{name_or_path}`; available: {}", available().join(", ")),
+            message: format!(
+                "unknown target `{name_or_path}`; available: {}",
+                available().join(", ")
+            ),
         });
     }
     load_file(&file)
@@ -832,7 +934,233 @@ pub fn load_all() -> Result<Vec<TargetDesc>, TargetError> {
         line: None,
         message: format!("cannot list target directory: {e}"),
     })?;
-    let mut all = files.iter().map(|f| load_file(f)).collect::<Result<Vec<_>, _>>()?;
+    let mut all = files
+        .iter()
+        .map(|f| load_file(f))
+        .collect::<Result<Vec<_>, _>>()?;
     all.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> TargetDesc {
+        TargetDesc {
+            name: "sample".into(),
+            description: "a valid x86_64 part".into(),
+            arch: Arch::X86_64,
+            features: vec![Feature::Sse42, Feature::Avx, Feature::Avx2, Feature::Fma],
+            vector_bits: 256,
+            vector_registers: 16,
+            sve_vector_bits: None,
+            cache: Cache {
+                l1d: 32 << 10,
+                l2: 1 << 20,
+                l3: 32 << 20,
+                line: 64,
+            },
+            core: Core {
+                cores: 8,
+                ghz: 3.0,
+                fma_units: 2,
+                dot_units: 2,
+                vector_alu_units: 3,
+                load_units: 2,
+            },
+            memory: Memory {
+                bandwidth_gbs: 60.0,
+                bandwidth_per_core_gbs: 20.0,
+            },
+        }
+    }
+
+    #[test]
+    fn feature_names_are_the_serde_names() {
+        for f in Feature::ALL {
+            let v = toml::Value::try_from(f).unwrap();
+            assert_eq!(v.as_str(), Some(f.name()));
+            assert_eq!(Feature::from_name(f.name()), Some(f));
+        }
+        assert_eq!(Feature::from_name("avx9000"), None);
+        let mut unique = Feature::ALL.to_vec();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), Feature::ALL.len());
+    }
+
+    #[test]
+    fn prerequisites_come_first_and_share_the_arch() {
+        for (i, f) in Feature::ALL.iter().enumerate() {
+            for r in f.requires() {
+                let at = Feature::ALL.iter().position(|x| x == r).unwrap();
+                assert!(
+                    at < i,
+                    "{} listed before its prerequisite {}",
+                    f.name(),
+                    r.name()
+                );
+                assert_eq!(r.arch(), f.arch());
+            }
+        }
+    }
+
+    #[test]
+    fn consistent_drops_orphans_and_other_arches() {
+        use Feature::*;
+        assert_eq!(
+            Feature::consistent(Arch::X86_64, &[Avx2, Fma, Avx512f, Neon]),
+            vec![]
+        );
+        assert_eq!(
+            Feature::consistent(Arch::X86_64, &[Avx512bw, Avx2, Avx, Sse42, Dotprod]),
+            vec![Sse42, Avx, Avx2]
+        );
+        assert_eq!(
+            Feature::consistent(Arch::Aarch64, &[Sve2, Neon, I8mm, Avx]),
+            vec![Neon, I8mm]
+        );
+    }
+
+    #[test]
+    fn validate_accepts_sample_and_reports_keys() {
+        let t = sample();
+        assert_eq!(t.validate(), Ok(()));
+        let mut bad = sample();
+        bad.cache.l3 = 1 << 19;
+        let e = bad.validate().unwrap_err();
+        assert_eq!(e.key, "cache.l3");
+        assert_eq!(e.to_string(), format!("key `cache.l3`: {}", e.message));
+        let mut bad = sample();
+        bad.features.push(Feature::Neon);
+        assert_eq!(bad.validate().unwrap_err().key, "features");
+        let mut bad = sample();
+        bad.name = String::new();
+        assert_eq!(bad.validate().unwrap_err().key, "name");
+        let mut bad = sample();
+        bad.memory.bandwidth_per_core_gbs = f64::NAN;
+        assert_eq!(
+            bad.validate().unwrap_err().key,
+            "memory.bandwidth_per_core_gbs"
+        );
+    }
+
+    #[test]
+    fn summary_names_the_shape() {
+        let s = sample().summary();
+        assert_eq!(
+            s,
+            "x86_64 [sse42,avx,avx2,fma] 256-bit x16 regs, L1d 32 KiB / L2 1 MiB / L3 32 MiB, \
+             8 cores @ 3 GHz, 60 GB/s (20 GB/s per core)"
+        );
+    }
+
+    #[test]
+    fn bytes_format_in_the_largest_exact_unit() {
+        assert_eq!(format_bytes(48 << 10), "48 KiB");
+        assert_eq!(format_bytes(1280 << 10), "1280 KiB");
+        assert_eq!(format_bytes(32 << 20), "32 MiB");
+        assert_eq!(format_bytes(100), "100 B");
+        assert_eq!(format_bytes(0), "0 B");
+    }
+
+    #[test]
+    fn lines_are_one_based_and_clamped() {
+        let text = "a = 1\nb = 2\n\nc = 3";
+        assert_eq!(line_at(text, 0), 1);
+        assert_eq!(line_at(text, 5), 1);
+        assert_eq!(line_at(text, 6), 2);
+        assert_eq!(line_at(text, 13), 4);
+        assert_eq!(line_at(text, 10_000), 4);
+        assert_eq!(line_at("", 3), 1);
+    }
+
+    const DOC: &str = "name = \"x\"\nfeatures = [\"neon\", \"sve\"]\n\n[cache]\nl1d = 1\nl2 = 2\n\n[core]\nghz = 3.0\n";
+
+    #[test]
+    fn keys_resolve_to_their_lines() {
+        let doc = DeTable::parse(DOC).unwrap();
+        let all = entries(doc.get_ref());
+        assert_eq!(line_of_key(&all, DOC, "name"), Some(1));
+        assert_eq!(line_of_key(&all, DOC, "features"), Some(2));
+        assert_eq!(line_of_key(&all, DOC, "cache"), Some(4));
+        assert_eq!(line_of_key(&all, DOC, "cache.l2"), Some(6));
+        assert_eq!(line_of_key(&all, DOC, "core.ghz"), Some(9));
+        // Absent keys fall back to their table, or to nothing at the top.
+        assert_eq!(line_of_key(&all, DOC, "cache.line"), Some(4));
+        assert_eq!(line_of_key(&all, DOC, "memory.bandwidth_gbs"), None);
+        assert_eq!(line_of_key(&all, DOC, "vector_bits"), None);
+    }
+
+    #[test]
+    fn spans_resolve_to_the_innermost_key() {
+        let doc = DeTable::parse(DOC).unwrap();
+        let all = entries(doc.get_ref());
+        let at = |needle: &str| {
+            let start = DOC.find(needle).unwrap();
+            entry_at(&all, &(start..start + needle.len())).map(|e| e.path.as_str())
+        };
+        assert_eq!(at("\"sve\""), Some("features"));
+        assert_eq!(at("l2"), Some("cache.l2"));
+        assert_eq!(at("3.0"), Some("core.ghz"));
+        assert_eq!(at("[core]"), Some("core"));
+    }
+
+    #[test]
+    fn keys_read_off_broken_lines() {
+        let text = "name = \"x\"\n[cache]\nl1d = = 3\n[ core . inner ]\n x . y = 1\nnot a key\n";
+        assert_eq!(key_from_line_text(text, 1).as_deref(), Some("name"));
+        assert_eq!(key_from_line_text(text, 2).as_deref(), Some("cache"));
+        assert_eq!(key_from_line_text(text, 3).as_deref(), Some("cache.l1d"));
+        assert_eq!(key_from_line_text(text, 4).as_deref(), Some("core.inner"));
+        assert_eq!(
+            key_from_line_text(text, 5).as_deref(),
+            Some("core.inner.x.y")
+        );
+        assert_eq!(key_from_line_text(text, 6), None);
+        assert_eq!(key_from_line_text(text, 0), None);
+        assert_eq!(key_from_line_text(text, 99), None);
+    }
+
+    #[test]
+    fn serde_wording_is_translated() {
+        assert_eq!(
+            plain_words("unknown variant `x`, expected `a`", Some("features")),
+            "unknown feature `x`, expected `a`"
+        );
+        assert_eq!(
+            plain_words("unknown variant `x`, expected `a`", Some("arch")),
+            "unknown arch `x`, expected `a`"
+        );
+        assert_eq!(
+            plain_words("unknown field `x`, expected `a`", Some("cache.x")),
+            "unknown key `x`, expected `a`"
+        );
+        assert_eq!(
+            plain_words("invalid type: string \"w\", expected u32", None),
+            "invalid type: string \"w\", expected u32"
+        );
+    }
+
+    #[test]
+    fn parse_reports_the_file() {
+        let e = parse("name = ", Path::new("targets/x.toml")).unwrap_err();
+        assert_eq!(e.file, PathBuf::from("targets/x.toml"));
+        assert_eq!(e.line, Some(1));
+        assert_eq!(e.key.as_deref(), Some("name"));
+        assert!(
+            e.to_string()
+                .starts_with("targets/x.toml:1: key `name`: TOML syntax error"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn targets_dir_is_the_workspace_targets() {
+        let dir = targets_dir();
+        assert!(dir.ends_with("targets"));
+        assert!(!dir.to_string_lossy().contains(".."));
+        assert!(dir.join("zen5.toml").is_file());
+    }
 }

@@ -23,6 +23,19 @@ pub struct QuantMatrix {
     repack_seconds: f64,
 }
 
+impl std::fmt::Debug for QuantMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuantMatrix")
+            .field("k", &self.layout.k)
+            .field("n", &self.layout.n)
+            .field("bits", &self.layout.bits)
+            .field("group", &self.layout.group)
+            .field("gemv", &self.gemv.name)
+            .field("gemm", &self.gemm.name)
+            .finish()
+    }
+}
+
 /// A raw pointer that may cross to the pool's threads: each task writes a
 /// disjoint column range.
 #[derive(Clone, Copy)]

@@ -173,9 +173,10 @@ fn constructors_agree() {
     b.gemv(&x, &mut yb).unwrap();
     assert_eq!(ya, yb);
     check(&g, &x, 1, &ya, "from_f32");
-    // And RTN is close to the f32 product itself.
+    // And RTN is close to the f32 product itself: per-weight error is below
+    // half a step (~0.07 here), so the sum's error grows like sqrt(k).
     for j in 0..n {
         let exact: f64 = (0..k).map(|i| x[i] as f64 * wf[i * n + j] as f64).sum();
-        assert!((ya[j] as f64 - exact).abs() < 0.05 * k as f64 / 16.0, "col {j}");
+        assert!((ya[j] as f64 - exact).abs() < 0.15 * (k as f64).sqrt(), "col {j}: {} vs {exact}", ya[j]);
     }
 }
