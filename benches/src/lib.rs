@@ -1,1 +1,55 @@
+//! Shared helpers for the benches: paired timing and machine read bandwidth.
 
+use std::time::Instant;
+
+/// Median seconds of `f` over `reps` runs after `warm` warm-up runs.
+pub fn median_secs(reps: usize, warm: usize, mut f: impl FnMut()) -> f64 {
+    for _ in 0..warm {
+        f();
+    }
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let s = Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+/// Medians of two workloads timed alternately, so drift hits both alike.
+pub fn paired_medians(reps: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    for _ in 0..3 {
+        a();
+        b();
+    }
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for _ in 0..reps {
+        let s = Instant::now();
+        a();
+        ta.push(s.elapsed().as_secs_f64());
+        let s = Instant::now();
+        b();
+        tb.push(s.elapsed().as_secs_f64());
+    }
+    ta.sort_by(f64::total_cmp);
+    tb.sort_by(f64::total_cmp);
+    (ta[reps / 2], tb[reps / 2])
+}
+
+/// Single-thread read bandwidth over `bytes` (GB/s, median of several passes):
+/// the roof a weight-streaming GEMV is measured against.
+pub fn read_bandwidth_gbs(bytes: usize) -> f64 {
+    let v: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
+    let secs = median_secs(9, 2, || {
+        let mut acc = [0u64; 8];
+        for c in v.chunks_exact(8) {
+            for i in 0..8 {
+                acc[i] = acc[i].wrapping_add(c[i]);
+            }
+        }
+        std::hint::black_box(acc);
+    });
+    bytes as f64 / secs / 1e9
+}

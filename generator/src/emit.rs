@@ -144,6 +144,8 @@ struct Geometry {
     wpu: usize,
     /// Packing units per group (`None`: whole column).
     upg: Option<usize>,
+    /// The ISA's target features (empty for portable).
+    features: &'static [crate::target::Feature],
 }
 
 impl Geometry {
@@ -158,6 +160,7 @@ impl Geometry {
             vpu: s.values_per_unit(),
             wpu: s.words_per_unit(),
             upg: s.group.size().map(|g| g / s.values_per_unit()),
+            features: Isa::by_name(plan.isa).map(|i| i.features).unwrap_or(&[]),
         }
     }
 
@@ -169,7 +172,7 @@ impl Geometry {
 fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
     let template: syn::File = syn::parse_str(isa.template)
         .map_err(|e| EmitError(format!("template {} does not parse: {e}", isa.template_path)))?;
-    let template_items = &template.items;
+    let template_items: Vec<syn::Item> = template.items.iter().map(|i| with_features(i, isa)).collect();
     let geo = Geometry::of(plan);
     let name = plan.kernel_name();
     let module = format_ident!("{}", name);
@@ -380,9 +383,10 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
         " Micro kernel: {rows} row(s) x {} columns over `units` packing units of {} values.",
         tw, geo.vpu
     );
+    let attrs = fn_attrs(geo.features);
     quote! {
         #[doc = #doc]
-        #[inline(always)]
+        #attrs
         unsafe fn #fname(
             mut w: *const u32, mut x: *const f32, mut xs: *const f32, mut sc: *const f32, mut nz: *const f32,
             y: *mut f32, ldx: usize, ldxs: usize, ldy: usize, n_pad: usize, units: usize,
@@ -429,8 +433,9 @@ fn driver(plan: &Plan, geo: &Geometry) -> TokenStream {
             }
         }
     };
+    let attrs = fn_attrs(geo.features);
     quote! {
-        #[inline(always)]
+        #attrs
         unsafe fn body(
             w: *const u32, sc: *const f32, nz: *const f32, x: *const f32, xs: *const f32,
             y: *mut f32, m: usize, k_pad: usize, n_pad: usize, panel_begin: usize, panel_end: usize,
@@ -516,4 +521,33 @@ pub fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<b
     }
     std::fs::write(path, text)?;
     Ok(true)
+}
+
+/// Attributes of every function in a kernel module: an ISA with target
+/// features gets `#[target_feature]` on each function (LLVM inlines only
+/// between functions with the same features, and `inline(always)` cannot be
+/// combined with `target_feature`); the portable ISA gets `inline(always)`.
+fn fn_attrs(features: &[crate::target::Feature]) -> TokenStream {
+    if features.is_empty() {
+        quote! { #[inline(always)] }
+    } else {
+        let joined: Vec<&str> = features.iter().map(|f| crate::isa::feature_name(*f)).collect();
+        let joined = joined.join(",");
+        quote! { #[inline] #[target_feature(enable = #joined)] }
+    }
+}
+
+/// A template item with the ISA's function attributes applied: templates are
+/// written feature-agnostic, with `#[inline(always)]`.
+fn with_features(item: &syn::Item, isa: &Isa) -> syn::Item {
+    let mut item = item.clone();
+    if let syn::Item::Fn(f) = &mut item {
+        if !isa.features.is_empty() {
+            f.attrs.retain(|a| !a.path().is_ident("inline"));
+            let tf = fn_attrs(isa.features);
+            let parsed: syn::ItemFn = syn::parse2(quote! { #tf fn __x() {} }).expect("attribute tokens parse");
+            f.attrs.extend(parsed.attrs);
+        }
+    }
+    item
 }

@@ -29,7 +29,7 @@ use kgen::spec::Group;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// How a checkpoint stores zero points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,53 +97,97 @@ fn parse<'a>(path: &Path, buf: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
     })
 }
 
+/// A checkpoint read into memory once, for loading several layers from it
+/// ([`load_gptq`] and [`list_layers`] re-read the file on every call).
+#[derive(Clone)]
+pub struct GptqFile {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl fmt::Debug for GptqFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GptqFile")
+            .field("path", &self.path)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl GptqFile {
+    /// Reads the file and checks that it is a well-formed safetensors file.
+    pub fn open(path: &Path) -> Result<GptqFile, LoadError> {
+        let bytes = read_file(path)?;
+        parse(path, &bytes)?;
+        Ok(GptqFile {
+            path: path.to_path_buf(),
+            bytes,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Names of every layer that has a `{prefix}.qweight` tensor, sorted.
+    pub fn layers(&self) -> Result<Vec<String>, LoadError> {
+        let st = parse(&self.path, &self.bytes)?;
+        let mut out: Vec<String> = st
+            .names()
+            .into_iter()
+            .filter_map(|n| n.strip_suffix(".qweight").map(str::to_owned))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The zero convention the file's metadata declares: `checkpoint_format`
+    /// equal to `gptq_v2` is V2, anything else (or no metadata) V1.
+    pub fn declared_convention(&self) -> Result<ZeroConvention, LoadError> {
+        let (_, meta) = SafeTensors::read_metadata(&self.bytes).map_err(|e| {
+            LoadError(format!(
+                "{}: not a valid safetensors file ({e})",
+                self.path.display()
+            ))
+        })?;
+        let v2 = meta
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get("checkpoint_format"))
+            .is_some_and(|f| f.trim().eq_ignore_ascii_case("gptq_v2"));
+        Ok(if v2 {
+            ZeroConvention::V2
+        } else {
+            ZeroConvention::V1
+        })
+    }
+
+    /// Loads the GPTQ layer `prefix`.
+    pub fn load(&self, prefix: &str, opts: &GptqOptions) -> Result<GptqLayer, LoadError> {
+        let st = parse(&self.path, &self.bytes)?;
+        let convention = match opts.convention {
+            Some(c) => c,
+            None => self.declared_convention()?,
+        };
+        Loader {
+            path: &self.path,
+            prefix,
+            st: &st,
+            bits: opts.bits,
+        }
+        .load(convention)
+    }
+}
+
 /// Names of every layer in the file that has a `{prefix}.qweight` tensor,
 /// sorted.
 pub fn list_layers(path: &Path) -> Result<Vec<String>, LoadError> {
-    let buf = read_file(path)?;
-    let st = parse(path, &buf)?;
-    let mut out: Vec<String> = st
-        .names()
-        .into_iter()
-        .filter_map(|n| n.strip_suffix(".qweight").map(str::to_owned))
-        .collect();
-    out.sort();
-    Ok(out)
+    GptqFile::open(path)?.layers()
 }
 
 /// Loads the GPTQ layer `prefix` from the safetensors file at `path`.
 pub fn load_gptq(path: &Path, prefix: &str, opts: &GptqOptions) -> Result<GptqLayer, LoadError> {
-    let buf = read_file(path)?;
-    let st = parse(path, &buf)?;
-    let convention = match opts.convention {
-        Some(c) => c,
-        None => {
-            // Cannot fail: `parse` already read the same header.
-            let (_, meta) = SafeTensors::read_metadata(&buf).map_err(|e| {
-                LoadError(format!(
-                    "{}: not a valid safetensors file ({e})",
-                    path.display()
-                ))
-            })?;
-            let v2 = meta
-                .metadata()
-                .as_ref()
-                .and_then(|m| m.get("checkpoint_format"))
-                .is_some_and(|f| f.trim().eq_ignore_ascii_case("gptq_v2"));
-            if v2 {
-                ZeroConvention::V2
-            } else {
-                ZeroConvention::V1
-            }
-        }
-    };
-    Loader {
-        path,
-        prefix,
-        st: &st,
-        bits: opts.bits,
-    }
-    .load(convention)
+    GptqFile::open(path)?.load(prefix, opts)
 }
 
 struct Loader<'a, 'b> {
@@ -321,8 +365,9 @@ impl Loader<'_, '_> {
             }
         };
 
-        // Group size.
-        if k % groups != 0 {
+        // Group size (written without `is_multiple_of`, which needs Rust 1.87).
+        let g = k / groups;
+        if g * groups != k {
             return Err(self.err(
                 "scales",
                 format_args!(
@@ -330,7 +375,6 @@ impl Loader<'_, '_> {
                 ),
             ));
         }
-        let g = k / groups;
         let group = if groups == 1 {
             Group::Column
         } else if Group::SUPPORTED.contains(&g) {

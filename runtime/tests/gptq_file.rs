@@ -6,7 +6,9 @@
 //! `pip install --quiet safetensors numpy` once and fail loudly otherwise.
 
 use kgen::spec::Group;
-use kgen_runtime::gptq_file::{list_layers, load_gptq, GptqLayer, GptqOptions, ZeroConvention};
+use kgen_runtime::gptq_file::{
+    list_layers, load_gptq, GptqFile, GptqLayer, GptqOptions, ZeroConvention,
+};
 use safetensors::{Dtype, SafeTensors};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -193,13 +195,17 @@ fn round_trip_every_width_group_and_convention() {
     let mut names: Vec<String> = cases.iter().map(|c| c.0.clone()).collect();
     names.sort();
     assert_eq!(list_layers(&path).unwrap(), names);
+    let file = GptqFile::open(&path).unwrap();
+    assert_eq!(file.layers().unwrap(), names);
+    assert_eq!(file.declared_convention().unwrap(), ZeroConvention::V1);
     for (prefix, bits, g, conv) in &cases {
         let c = if *conv == "v1" {
             ZeroConvention::V1
         } else {
             ZeroConvention::V2
         };
-        check(&path, prefix, &opts(*bits, Some(c)), group_of(*g), false);
+        let layer = check(&path, prefix, &opts(*bits, Some(c)), group_of(*g), false);
+        assert_eq!(file.load(prefix, &opts(*bits, Some(c))).unwrap(), layer);
         if *conv == "v1" {
             // No metadata: V1 is the default.
             check(&path, prefix, &opts(*bits, None), group_of(*g), false);
@@ -335,7 +341,7 @@ fn v1_zero_point_zero_follows_autogptq() {
         );
         let top = (1u32 << b) as f32;
         assert!(
-            l.matrix.zeros.iter().any(|&z| z == top),
+            l.matrix.zeros.contains(&top),
             "bits {b}: no spilled zero read as 2^bits"
         );
         assert!(l.matrix.zeros.iter().all(|&z| (1.0..=top).contains(&z)));
