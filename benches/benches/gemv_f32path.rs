@@ -16,7 +16,11 @@ const SHAPES: &[(usize, usize)] = &[(4096, 4096), (4096, 11008)];
 
 fn gemv(c: &mut Criterion) {
     let reg = Registry::builtin();
-    let isas: Vec<&str> = reg.runnable(4, Group::Size(128), false).iter().map(|e| e.isa).collect();
+    let isas: Vec<&str> = reg
+        .runnable(4, Group::Size(128), false)
+        .iter()
+        .map(|e| e.isa)
+        .collect();
     let mut g = c.benchmark_group("gemv_q4g128");
     g.sample_size(30);
     for &(k, n) in SHAPES {
@@ -26,12 +30,20 @@ fn gemv(c: &mut Criterion) {
         let mut y = vec![0f32; n];
         for isa in &isas {
             let qm = QuantMatrix::from_gptq_isa(reg, &gq, None, Some(isa)).unwrap();
-            eprintln!("{}x{}: {} repack {:.2} ms", k, n, qm.gemv_kernel().name, qm.repack_seconds() * 1e3);
+            eprintln!(
+                "{}x{}: {} repack {:.2} ms",
+                k,
+                n,
+                qm.gemv_kernel().name,
+                qm.repack_seconds() * 1e3
+            );
             g.throughput(Throughput::Bytes(qm.weight_bytes() as u64));
             for threads in [1, 2] {
                 let pool = Pool::new(threads);
                 let id = BenchmarkId::new(format!("{isa}/t{threads}"), format!("{k}x{n}"));
-                g.bench_function(id, |b| b.iter(|| qm.gemm_on(&pool, black_box(&x), 1, &mut y).unwrap()));
+                g.bench_function(id, |b| {
+                    b.iter(|| qm.gemm_on(&pool, black_box(&x), 1, &mut y).unwrap())
+                });
             }
         }
     }
@@ -60,7 +72,10 @@ fn ratios(_: &mut Criterion) {
         let wt = Tensor::from_vec(wt, (n, k), &dev).unwrap();
         let xt = Tensor::from_vec(x.clone(), (1, k), &dev).unwrap();
         let flops = 2.0 * (k * n) as f64;
-        for (label, dtype) in [("candle_q4_0", GgmlDType::Q4_0), ("candle_q4k", GgmlDType::Q4K)] {
+        for (label, dtype) in [
+            ("candle_q4_0", GgmlDType::Q4_0),
+            ("candle_q4k", GgmlDType::Q4K),
+        ] {
             let qmm = QMatMul::from_qtensor(QTensor::quantize(&wt, dtype).unwrap()).unwrap();
             let pool = Pool::new(1);
             let (tk, tc) = paired_medians(

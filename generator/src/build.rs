@@ -72,9 +72,11 @@ pub fn parse_specs(s: &str) -> Result<Vec<(u32, Group)>, Error> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let (b, g) = p
-                .split_once(':')
-                .ok_or_else(|| Error::Usage(format!("{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col)")))?;
+            let (b, g) = p.split_once(':').ok_or_else(|| {
+                Error::Usage(format!(
+                    "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col)"
+                ))
+            })?;
             let bits = b
                 .trim()
                 .parse()
@@ -98,10 +100,17 @@ impl Config {
             Err(_) => default_specs.to_vec(),
         };
         if let Ok(t) = std::env::var(ENV_TARGETS) {
-            c.targets = Some(t.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect());
+            c.targets = Some(
+                t.split(',')
+                    .map(|x| x.trim().to_string())
+                    .filter(|x| !x.is_empty())
+                    .collect(),
+            );
         }
         if let Ok(m) = std::env::var(ENV_GEMM_M) {
-            c.gemm_m = m.parse().map_err(|_| Error::Usage(format!("{ENV_GEMM_M}: `{m}` is not a number")))?;
+            c.gemm_m = m
+                .parse()
+                .map_err(|_| Error::Usage(format!("{ENV_GEMM_M}: `{m}` is not a number")))?;
         }
         Ok(c)
     }
@@ -112,7 +121,9 @@ impl Config {
     }
 
     pub fn target(mut self, name: &str) -> Self {
-        self.targets.get_or_insert_with(Vec::new).push(name.to_string());
+        self.targets
+            .get_or_insert_with(Vec::new)
+            .push(name.to_string());
         self
     }
 
@@ -127,11 +138,17 @@ impl Config {
         for var in [ENV_SPECS, ENV_TARGETS, ENV_GEMM_M] {
             println!("cargo:rerun-if-env-changed={var}");
         }
-        let out = std::env::var("OUT_DIR").map_err(|_| Error::Usage("OUT_DIR is not set: call generate() from build.rs".into()))?;
+        let out = std::env::var("OUT_DIR").map_err(|_| {
+            Error::Usage("OUT_DIR is not set: call generate() from build.rs".into())
+        })?;
         let arch = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
             Ok("x86_64") => Arch::X86_64,
             Ok("aarch64") => Arch::Aarch64,
-            Ok(other) => return Err(Error::Usage(format!("kgen has no kernels for target_arch `{other}`"))),
+            Ok(other) => {
+                return Err(Error::Usage(format!(
+                    "kgen has no kernels for target_arch `{other}`"
+                )))
+            }
             Err(_) => return Err(Error::Usage("CARGO_CFG_TARGET_ARCH is not set".into())),
         };
         let written = self.generate_to(Path::new(&out), arch)?;
@@ -144,7 +161,9 @@ impl Config {
     /// Generates into `dir` for `arch`. Pure: same inputs, same bytes.
     pub fn generate_to(&self, dir: &Path, arch: Arch) -> Result<Generated, Error> {
         if self.specs.is_empty() {
-            return Err(Error::Usage("kgen build config lists no weight formats".into()));
+            return Err(Error::Usage(
+                "kgen build config lists no weight formats".into(),
+            ));
         }
         let names: Vec<String> = match &self.targets {
             Some(t) => t.clone(),
@@ -173,11 +192,17 @@ impl Config {
                     group,
                     ops: vec![Op::Gemv, Op::Gemm { m: self.gemm_m }],
                     isas: IsaChoice::Best,
-                    options: PlanOptions { tile_source: Some(TileSource::Model), ..PlanOptions::default() },
+                    options: PlanOptions {
+                        tile_source: Some(TileSource::Model),
+                        ..PlanOptions::default()
+                    },
                 };
                 let plans = plans_for(&t, &req)?;
-                let file_name = format!("{}__{}.rs", format!("q{bits}{}", group.tag()), t.name);
-                let command = format!("kgen --target {} --bits {bits} --group {group} --m {}", t.name, self.gemm_m);
+                let file_name = format!("q{bits}{}__{}.rs", group.tag(), t.name);
+                let command = format!(
+                    "kgen --target {} --bits {bits} --group {group} --m {}",
+                    t.name, self.gemm_m
+                );
                 let emitted = crate::emit::emit_file(&t, &plans, &command)?;
                 crate::emit::write_if_changed(&dir.join(&file_name), &emitted.text)?;
                 files.extend(quote! { include!(#file_name); });
@@ -185,7 +210,14 @@ impl Config {
                     let isa = Isa::by_name(plan.isa).expect("planned ISA");
                     let detect = format_ident!("detect_{}", isa.name);
                     detectors.insert(isa.name, detector(&isa, &detect));
-                    pushes.extend(entry(&self.runtime_path, &t, &module, &plan.kernel_name(), plan.spec.op, &detect));
+                    pushes.extend(entry(
+                        &self.runtime_path,
+                        &t,
+                        &module,
+                        &plan.kernel_name(),
+                        plan.spec.op,
+                        &detect,
+                    ));
                 }
             }
             includes.extend(quote! {
@@ -206,7 +238,8 @@ impl Config {
                 v
             }
         };
-        let file: syn::File = syn::parse2(top).map_err(|e| Error::Emit(crate::emit::EmitError(format!("registry: {e}"))))?;
+        let file: syn::File = syn::parse2(top)
+            .map_err(|e| Error::Emit(crate::emit::EmitError(format!("registry: {e}"))))?;
         let text = format!(
             "// @generated by kgen {} -- DO NOT EDIT.\n// Kernel registry for targets {} and formats {}.\n\n{}",
             crate::VERSION,
@@ -216,7 +249,10 @@ impl Config {
         );
         let top_path = dir.join(&self.file_name);
         crate::emit::write_if_changed(&top_path, &text)?;
-        Ok(Generated { top: top_path, inputs })
+        Ok(Generated {
+            top: top_path,
+            inputs,
+        })
     }
 }
 
@@ -229,7 +265,10 @@ pub struct Generated {
 }
 
 fn rust_ident(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
     if s.starts_with(|c: char| c.is_ascii_digit()) {
         format!("t_{s}")
     } else {
@@ -243,16 +282,23 @@ fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
         None => quote! { fn #name() -> bool { true } },
         Some(Arch::X86_64) => quote! {
             #[cfg(target_arch = "x86_64")]
-            fn #name() -> bool { true #(&& ::std::arch::is_x86_feature_detected!(#features))* }
+            fn #name() -> bool { #(::std::arch::is_x86_feature_detected!(#features))&&* }
         },
         Some(Arch::Aarch64) => quote! {
             #[cfg(target_arch = "aarch64")]
-            fn #name() -> bool { true #(&& ::std::arch::is_aarch64_feature_detected!(#features))* }
+            fn #name() -> bool { #(::std::arch::is_aarch64_feature_detected!(#features))&&* }
         },
     }
 }
 
-fn entry(rt: &str, t: &TargetDesc, module: &syn::Ident, kernel: &str, op: Op, detect: &syn::Ident) -> TokenStream {
+fn entry(
+    rt: &str,
+    t: &TargetDesc,
+    module: &syn::Ident,
+    kernel: &str,
+    op: Op,
+    detect: &syn::Ident,
+) -> TokenStream {
     let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
     let k = format_ident!("{}", kernel);
     let target_name = &t.name;

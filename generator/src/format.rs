@@ -60,7 +60,10 @@ impl GptqMatrix {
             return Err(FormatError(format!("empty matrix {}x{}", self.k, self.n)));
         }
         if ![2, 3, 4, 8].contains(&self.bits) {
-            return Err(FormatError(format!("{} bits per weight is not a GPTQ format", self.bits)));
+            return Err(FormatError(format!(
+                "{} bits per weight is not a GPTQ format",
+                self.bits
+            )));
         }
         let want = |name: &str, got: usize, want: usize| {
             if got != want {
@@ -125,7 +128,15 @@ impl GptqMatrix {
                 set_level(&mut qweight, n, bits, i, j, levels[i * n + j] as u32);
             }
         }
-        GptqMatrix { k, n, bits, group, qweight, scales, zeros }
+        GptqMatrix {
+            k,
+            n,
+            bits,
+            group,
+            qweight,
+            scales,
+            zeros,
+        }
     }
 
     /// Round-to-nearest affine quantization of `w` (`k x n` row-major) per
@@ -237,8 +248,12 @@ pub fn random_gptq(k: usize, n: usize, bits: u32, group: Group, seed: u64) -> Gp
     let mut rng = Rng::new(seed);
     let levels: Vec<u8> = (0..k * n).map(|_| rng.below(1 << bits) as u8).collect();
     let groups = k.div_ceil(group.size().unwrap_or(k.max(1))).max(1);
-    let scales = (0..groups * n).map(|_| 0.01 + 0.05 * (rng.f32() + 1.0)).collect();
-    let zeros = (0..groups * n).map(|_| rng.below(1 << bits) as f32).collect();
+    let scales = (0..groups * n)
+        .map(|_| 0.01 + 0.05 * (rng.f32() + 1.0))
+        .collect();
+    let zeros = (0..groups * n)
+        .map(|_| rng.below(1 << bits) as f32)
+        .collect();
     GptqMatrix::from_levels(k, n, bits, group, &levels, scales, zeros)
 }
 
@@ -251,8 +266,18 @@ mod tests {
         for bits in [2, 3, 4, 8] {
             let k = 70;
             let n = 3;
-            let levels: Vec<u8> = (0..k * n).map(|i| ((i * 7 + 3) % (1 << bits)) as u8).collect();
-            let m = GptqMatrix::from_levels(k, n, bits, Group::Column, &levels, vec![1.0; n], vec![0.0; n]);
+            let levels: Vec<u8> = (0..k * n)
+                .map(|i| ((i * 7 + 3) % (1 << bits)) as u8)
+                .collect();
+            let m = GptqMatrix::from_levels(
+                k,
+                n,
+                bits,
+                Group::Column,
+                &levels,
+                vec![1.0; n],
+                vec![0.0; n],
+            );
             for i in 0..k {
                 for j in 0..n {
                     assert_eq!(m.q(i, j), levels[i * n + j] as u32, "bits {bits} i {i}");
@@ -286,7 +311,10 @@ mod tests {
                 assert!((d[i] - w[i]).abs() <= s * 1.0001, "bits {bits}");
                 rel += ((d[i] - w[i]).abs() / s) as f64;
             }
-            assert!(rel / ((k * n) as f64) < 0.3, "bits {bits}: mean error {rel}");
+            assert!(
+                rel / ((k * n) as f64) < 0.3,
+                "bits {bits}: mean error {rel}"
+            );
         }
     }
 }

@@ -1,6 +1,6 @@
 //! One call from a request to a source file: what the CLI and build scripts use.
 
-use crate::emit::{self, Emitted, EmitError};
+use crate::emit::{self, EmitError, Emitted};
 use crate::isa::Isa;
 use crate::planner::{self, Plan, PlanError, PlanOptions};
 use crate::spec::{Group, KernelSpec, Op, SpecError};

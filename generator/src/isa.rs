@@ -56,7 +56,10 @@ pub const AVX512F: Isa = Isa {
     registers: 32,
     template_path: "templates/f32/avx512f.rs",
     template: include_str!("../../templates/f32/avx512f.rs"),
-    unpack: UnpackCost { alu_per_value: 3.0, alu_straddle: 3.0 },
+    unpack: UnpackCost {
+        alu_per_value: 3.0,
+        alu_straddle: 3.0,
+    },
     fused_fma: true,
 };
 
@@ -69,7 +72,10 @@ pub const AVX2: Isa = Isa {
     registers: 16,
     template_path: "templates/f32/avx2.rs",
     template: include_str!("../../templates/f32/avx2.rs"),
-    unpack: UnpackCost { alu_per_value: 3.0, alu_straddle: 3.0 },
+    unpack: UnpackCost {
+        alu_per_value: 3.0,
+        alu_straddle: 3.0,
+    },
     fused_fma: true,
 };
 
@@ -83,7 +89,10 @@ pub const PORTABLE: Isa = Isa {
     registers: 16,
     template_path: "templates/f32/portable.rs",
     template: include_str!("../../templates/f32/portable.rs"),
-    unpack: UnpackCost { alu_per_value: 3.0, alu_straddle: 3.0 },
+    unpack: UnpackCost {
+        alu_per_value: 3.0,
+        alu_straddle: 3.0,
+    },
     fused_fma: false,
 };
 
@@ -102,7 +111,11 @@ impl Isa {
 
     /// The ISAs `t` can run, best first (always ends with the portable one).
     pub fn for_target(t: &TargetDesc) -> Vec<Isa> {
-        F32_FAMILY.iter().copied().filter(|i| i.runs_on(t)).collect()
+        F32_FAMILY
+            .iter()
+            .copied()
+            .filter(|i| i.runs_on(t))
+            .collect()
     }
 
     /// Feature names as `#[target_feature(enable = ...)]` and the detection

@@ -40,6 +40,19 @@ pub struct Layout {
     pub n_pad: usize,
 }
 
+/// The plan's choices that shape a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiling {
+    /// f32 lanes per vector of the kernel's ISA.
+    pub lanes: usize,
+    /// Output vectors per micro tile.
+    pub t_u: usize,
+    /// K block, values.
+    pub m_b: usize,
+    /// Panel width, columns.
+    pub t_b: usize,
+}
+
 /// Weights, scales and negated scaled zeros in a kernel's layout.
 #[derive(Clone, Debug, Default)]
 pub struct Packed {
@@ -60,22 +73,36 @@ impl Layout {
         lcm(lcm(32, unit), g)
     }
 
-    pub fn new(
-        bits: u32,
-        group: Group,
-        lanes: usize,
-        t_u: usize,
-        m_b: usize,
-        t_b: usize,
-        k: usize,
-        n: usize,
-    ) -> Layout {
+    pub fn new(bits: u32, group: Group, tiling: Tiling, k: usize, n: usize) -> Layout {
+        let Tiling {
+            lanes,
+            t_u,
+            m_b,
+            t_b,
+        } = tiling;
         let tw = lanes * t_u;
         let k_pad = round_up(k.max(1), Self::k_granule(bits, group));
         let n_pad = round_up(n.max(1), tw);
-        assert!(m_b % Self::k_granule(bits, group) == 0, "m_b {m_b} not a multiple of the K granule");
-        assert!(t_b % tw == 0, "t_b {t_b} not a multiple of the tile width {tw}");
-        Layout { bits, group, lanes, t_u, m_b, t_b, k, n, k_pad, n_pad }
+        assert!(
+            m_b.is_multiple_of(Self::k_granule(bits, group)),
+            "m_b {m_b} not a multiple of the K granule"
+        );
+        assert!(
+            t_b.is_multiple_of(tw),
+            "t_b {t_b} not a multiple of the tile width {tw}"
+        );
+        Layout {
+            bits,
+            group,
+            lanes,
+            t_u,
+            m_b,
+            t_b,
+            k,
+            n,
+            k_pad,
+            n_pad,
+        }
     }
 
     /// Columns of one micro tile.
@@ -128,7 +155,10 @@ impl Layout {
     /// Panics only if `src` disagrees with the layout's shape or format, which
     /// callers check first (see `GptqMatrix::validate`).
     pub fn repack(&self, src: &GptqMatrix) -> Packed {
-        assert_eq!((src.k, src.n, src.bits, src.group), (self.k, self.n, self.bits, self.group));
+        assert_eq!(
+            (src.k, src.n, src.bits, src.group),
+            (self.k, self.n, self.bits, self.group)
+        );
         let mut w = vec![0u32; self.words()];
         let src_rows = src.word_rows();
         let tw = self.tile_width();
@@ -197,7 +227,18 @@ mod tests {
             let lanes = 8;
             let t_u = 2;
             let g = Layout::k_granule(bits, group);
-            let l = Layout::new(bits, group, lanes, t_u, g * 2, lanes * t_u * 3, k, n);
+            let l = Layout::new(
+                bits,
+                group,
+                Tiling {
+                    lanes,
+                    t_u,
+                    m_b: g * 2,
+                    t_b: lanes * t_u * 3,
+                },
+                k,
+                n,
+            );
             let mut seen = vec![0u8; l.words()];
             for p in 0..l.panels() {
                 for kb in 0..l.k_blocks() {

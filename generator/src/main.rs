@@ -105,7 +105,9 @@ enum OrderArg {
 }
 
 fn parse_shape(s: &str) -> Result<(usize, usize), String> {
-    let (k, n) = s.split_once(['x', 'X']).ok_or("shape must be KxN, e.g. 4096x11008")?;
+    let (k, n) = s
+        .split_once(['x', 'X'])
+        .ok_or("shape must be KxN, e.g. 4096x11008")?;
     let k = k.parse().map_err(|_| format!("bad K in `{s}`"))?;
     let n = n.parse().map_err(|_| format!("bad N in `{s}`"))?;
     if k == 0 || n == 0 {
@@ -117,12 +119,17 @@ fn parse_shape(s: &str) -> Result<(usize, usize), String> {
 fn parse_tile(s: &str) -> Result<MicroTile, String> {
     let parts: Vec<usize> = s
         .split(['x', 'X'])
-        .map(|p| p.parse().map_err(|_| format!("bad tile `{s}`: expected M_UxT_U[xM_R]")))
+        .map(|p| {
+            p.parse()
+                .map_err(|_| format!("bad tile `{s}`: expected M_UxT_U[xM_R]"))
+        })
         .collect::<Result<_, _>>()?;
     match parts[..] {
         [m_u, t_u] if m_u > 0 && t_u > 0 => Ok(MicroTile { m_u, t_u, m_r: 1 }),
         [m_u, t_u, m_r] if m_u > 0 && t_u > 0 && m_r > 0 => Ok(MicroTile { m_u, t_u, m_r }),
-        _ => Err(format!("bad tile `{s}`: expected M_UxT_U[xM_R] with positive numbers")),
+        _ => Err(format!(
+            "bad tile `{s}`: expected M_UxT_U[xM_R] with positive numbers"
+        )),
     }
 }
 
@@ -186,7 +193,10 @@ fn gen(args: &GenArgs) -> Result<(), Error> {
 
 fn print_plan(p: &Plan, explain: bool) {
     println!("kernel {}", p.kernel_name());
-    println!("  target {}  isa {} ({} f32 lanes, {} registers)", p.target, p.isa, p.lanes, p.registers.limit);
+    println!(
+        "  target {}  isa {} ({} f32 lanes, {} registers)",
+        p.target, p.isa, p.lanes, p.registers.limit
+    );
     println!("  spec   {}", p.spec);
     println!(
         "  micro tile  m_u={} t_u={} m_r={}  ({} columns per tile; from {:?})",
@@ -196,7 +206,10 @@ fn print_plan(p: &Plan, explain: bool) {
         p.tile.t_u * p.lanes,
         p.source
     );
-    println!("  L1 block    m_b={} t_b={}  order={:?}", p.block.m_b, p.block.t_b, p.order);
+    println!(
+        "  L1 block    m_b={} t_b={}  order={:?}",
+        p.block.m_b, p.block.t_b, p.order
+    );
     let r = &p.registers;
     println!(
         "  eq. 4  registers: {} acc + {} weights + {} broadcast = {} <= {}  (paper form m_u + m_u t_u + t_u = {})",
@@ -269,7 +282,12 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
 fn targets() -> Result<(), Error> {
     for t in target::load_all()? {
         let isas: Vec<_> = Isa::for_target(&t).iter().map(|i| i.name).collect();
-        println!("{:<16} {}  [f32 kernels: {}]", t.name, t.summary(), isas.join(", "));
+        println!(
+            "{:<16} {}  [f32 kernels: {}]",
+            t.name,
+            t.summary(),
+            isas.join(", ")
+        );
     }
     println!("{:<16} the CPU kgen runs on (read at run time)", "native");
     Ok(())

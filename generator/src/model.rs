@@ -40,7 +40,12 @@ pub fn unpack_steps(bits: u32) -> Vec<UnpackStep> {
             let word = bit / 32;
             let shift = (bit % 32) as u32;
             let straddles = shift + bits > 32;
-            UnpackStep { word, shift, straddles, needs_mask: straddles || shift + bits < 32 }
+            UnpackStep {
+                word,
+                shift,
+                straddles,
+                needs_mask: straddles || shift + bits < 32,
+            }
         })
         .collect()
 }
@@ -204,7 +209,11 @@ pub fn predict(
         gbs,
         gflops,
         gbs_all_cores,
-        bound: if compute_gbs < memory_gbs { Bound::Compute } else { Bound::Memory },
+        bound: if compute_gbs < memory_gbs {
+            Bound::Compute
+        } else {
+            Bound::Memory
+        },
         column_efficiency,
     }
 }

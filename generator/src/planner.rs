@@ -14,7 +14,7 @@
 //! with measured ranks without touching step 2.
 
 use crate::isa::Isa;
-use crate::layout::{round_up, Layout};
+use crate::layout::{round_up, Layout, Tiling};
 use crate::model::{self, MicroTile, Prediction, RegisterUse};
 use crate::spec::{KernelSpec, Op};
 use crate::target::TargetDesc;
@@ -86,7 +86,11 @@ pub struct Plan {
 impl Plan {
     /// `q4g32_gemv_1x112__avx512f`: format, op, micro tile (m_u x columns), ISA.
     pub fn kernel_name(&self) -> String {
-        let rows = if self.tile.m_r > 1 { format!("r{}", self.tile.m_r) } else { String::new() };
+        let rows = if self.tile.m_r > 1 {
+            format!("r{}", self.tile.m_r)
+        } else {
+            String::new()
+        };
         format!(
             "{}_{}_{}x{}{}__{}",
             self.spec.format_tag(),
@@ -99,16 +103,13 @@ impl Plan {
     }
 
     pub fn layout(&self, k: usize, n: usize) -> Layout {
-        Layout::new(
-            self.spec.bits,
-            self.spec.group,
-            self.lanes,
-            self.tile.t_u,
-            self.block.m_b,
-            self.block.t_b,
-            k,
-            n,
-        )
+        let tiling = Tiling {
+            lanes: self.lanes,
+            t_u: self.tile.t_u,
+            m_b: self.block.m_b,
+            t_b: self.block.t_b,
+        };
+        Layout::new(self.spec.bits, self.spec.group, tiling, k, n)
     }
 }
 
@@ -157,7 +158,7 @@ pub fn rank_tiles(
     };
     let mut out = Vec::new();
     for m_r in 1..=max_rows {
-        for m_u in (1..=unit).filter(|d| unit % d == 0) {
+        for m_u in (1..=unit).filter(|d| unit.is_multiple_of(*d)) {
             for t_u in 1..=isa.registers {
                 let tile = MicroTile { m_u, t_u, m_r };
                 let registers = RegisterUse::of(spec, isa, tile);
@@ -165,7 +166,11 @@ pub fn rank_tiles(
                     continue;
                 }
                 let prediction = model::predict(spec, isa, target, tile, shape.0, shape.1);
-                out.push(Candidate { tile, registers, prediction });
+                out.push(Candidate {
+                    tile,
+                    registers,
+                    prediction,
+                });
             }
         }
     }
@@ -174,7 +179,8 @@ pub fn rank_tiles(
     // broadcasts in flight. Total order, so the ranking is deterministic.
     out.sort_by(|a, b| {
         let time = |c: &Candidate| 1.0 / c.prediction.gbs;
-        let work = |c: &Candidate| 1.0 / (c.prediction.compute_gbs * c.prediction.column_efficiency);
+        let work =
+            |c: &Candidate| 1.0 / (c.prediction.compute_gbs * c.prediction.column_efficiency);
         time(a)
             .total_cmp(&time(b))
             .then(work(a).total_cmp(&work(b)))
@@ -207,10 +213,18 @@ pub fn solve_l1(
         };
         let m_b = a * granule;
         let lhs = model::eq5_lhs(spec.bits, tile.m_r, m_b, t_b);
-        let cand = L1Block { m_b, t_b, lhs_bits: lhs, gamma_bits: gamma, utilization: lhs as f64 / gamma as f64 };
+        let cand = L1Block {
+            m_b,
+            t_b,
+            lhs_bits: lhs,
+            gamma_bits: gamma,
+            utilization: lhs as f64 / gamma as f64,
+        };
         let better = match &best {
             None => true,
-            Some(b) => (lhs, m_b, std::cmp::Reverse(t_b)) > (b.lhs_bits, b.m_b, std::cmp::Reverse(b.t_b)),
+            Some(b) => {
+                (lhs, m_b, std::cmp::Reverse(t_b)) > (b.lhs_bits, b.m_b, std::cmp::Reverse(b.t_b))
+            }
         };
         if better {
             best = Some(cand);
@@ -221,7 +235,14 @@ pub fn solve_l1(
 
 /// The integer program for one panel width: maximise eq. 5's left-hand side
 /// over `m_b = granule * a`, `1 <= a <= a_max`, subject to eq. 5.
-fn solve_m_b_units(bits: u32, m_r: usize, granule: usize, t_b: usize, gamma: u64, a_max: usize) -> Option<usize> {
+fn solve_m_b_units(
+    bits: u32,
+    m_r: usize,
+    granule: usize,
+    t_b: usize,
+    gamma: u64,
+    a_max: usize,
+) -> Option<usize> {
     let fits = |a: usize| model::eq5_lhs(bits, m_r, a * granule, t_b) <= gamma;
     if a_max == 0 || !fits(1) {
         return None;
@@ -263,9 +284,9 @@ fn pick_tile(
     candidates: &[Candidate],
     shape: (usize, usize),
 ) -> Option<(Candidate, L1Block, TileSource)> {
-    let mut feasible = candidates
-        .iter()
-        .filter_map(|c| solve_l1(spec, isa, target, c.tile, shape).map(|b| (c.clone(), b, TileSource::Model)));
+    let mut feasible = candidates.iter().filter_map(|c| {
+        solve_l1(spec, isa, target, c.tile, shape).map(|b| (c.clone(), b, TileSource::Model))
+    });
     let best = feasible.next()?;
     if best.1.utilization >= L1_TARGET {
         return Some(best);
@@ -278,7 +299,12 @@ fn pick_tile(
 }
 
 /// Plans `spec` for `isa` on `target`.
-pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOptions) -> Result<Plan, PlanError> {
+pub fn plan(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    opts: &PlanOptions,
+) -> Result<Plan, PlanError> {
     spec.validate().map_err(|e| PlanError(e.to_string()))?;
     if !isa.runs_on(target) {
         return Err(PlanError(format!(
@@ -293,12 +319,21 @@ pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOption
     if let Some((t_u, m_b, t_b)) = opts.layout {
         candidates.retain(|c| c.tile.t_u == t_u);
         let best = candidates.first().cloned().ok_or_else(|| {
-            PlanError(format!("no {} micro tile with t_u = {t_u} fits the registers for {spec}", isa.name))
+            PlanError(format!(
+                "no {} micro tile with t_u = {t_u} fits the registers for {spec}",
+                isa.name
+            ))
         })?;
         // eq. 5 in the paper's GEMV form: the shared block was solved for it.
         let lhs = model::eq5_lhs(spec.bits, 1, m_b, t_b);
         let gamma = target.cache.l1d * 8;
-        let block = L1Block { m_b, t_b, lhs_bits: lhs, gamma_bits: gamma, utilization: lhs as f64 / gamma as f64 };
+        let block = L1Block {
+            m_b,
+            t_b,
+            lhs_bits: lhs,
+            gamma_bits: gamma,
+            utilization: lhs as f64 / gamma as f64,
+        };
         return Ok(Plan {
             target: target.name.clone(),
             isa: isa.name,
@@ -323,7 +358,8 @@ pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOption
                     tile.m_u, tile.t_u, tile.m_r, regs.total, isa.name, isa.registers
                 )));
             }
-            if spec.values_per_unit() % tile.m_u != 0 || tile.m_r > spec.op.rows().max(1) {
+            if !spec.values_per_unit().is_multiple_of(tile.m_u) || tile.m_r > spec.op.rows().max(1)
+            {
                 return Err(PlanError(format!(
                     "tile m_u={} m_r={}: m_u must divide {} and m_r must not exceed the {} rows of the op",
                     tile.m_u,
@@ -333,29 +369,40 @@ pub fn plan(spec: &KernelSpec, isa: &Isa, target: &TargetDesc, opts: &PlanOption
                 )));
             }
             let block = solve_l1(spec, isa, target, tile, shape).ok_or_else(|| {
-                PlanError(format!("tile {tile:?} leaves no L1 block that satisfies eq. 5"))
+                PlanError(format!(
+                    "tile {tile:?} leaves no L1 block that satisfies eq. 5"
+                ))
             })?;
             let prediction = model::predict(spec, isa, target, tile, shape.0, shape.1);
             let source = opts.tile_source.clone().unwrap_or(TileSource::Fixed);
-            (Candidate { tile, registers: regs, prediction }, block, source)
+            (
+                Candidate {
+                    tile,
+                    registers: regs,
+                    prediction,
+                },
+                block,
+                source,
+            )
         }
-        None => pick_tile(spec, isa, target, &candidates, shape)
-            .ok_or_else(|| {
-                PlanError(format!(
-                    "no micro tile of {} fits both {} registers and a {} KiB L1 for {}",
-                    isa.name,
-                    isa.registers,
-                    target.cache.l1d / 1024,
-                    spec
-                ))
-            })?,
+        None => pick_tile(spec, isa, target, &candidates, shape).ok_or_else(|| {
+            PlanError(format!(
+                "no micro tile of {} fits both {} registers and a {} KiB L1 for {}",
+                isa.name,
+                isa.registers,
+                target.cache.l1d / 1024,
+                spec
+            ))
+        })?,
     };
     let x_bytes = 4 * shape.0 * chosen.tile.m_r;
-    let order = opts.order.unwrap_or(if x_bytes as u64 <= target.cache.l2 / 2 {
-        BlockOrder::Panel
-    } else {
-        BlockOrder::ZCurve
-    });
+    let order = opts
+        .order
+        .unwrap_or(if x_bytes as u64 <= target.cache.l2 / 2 {
+            BlockOrder::Panel
+        } else {
+            BlockOrder::ZCurve
+        });
     Ok(Plan {
         target: target.name.clone(),
         isa: isa.name,

@@ -64,7 +64,9 @@ impl fmt::Display for Group {
 pub enum Op {
     Gemv,
     /// GEMM planned for `m` activation rows (the kernel accepts any row count).
-    Gemm { m: usize },
+    Gemm {
+        m: usize,
+    },
 }
 
 impl Op {

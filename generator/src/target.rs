@@ -311,9 +311,9 @@ const MIB: u64 = 1024 * 1024;
 
 /// `bytes` as the largest unit that divides it exactly (`48 KiB`, `32 MiB`).
 fn format_bytes(bytes: u64) -> String {
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB", bytes / MIB)
-    } else if bytes >= KIB && bytes % KIB == 0 {
+    } else if bytes >= KIB && bytes.is_multiple_of(KIB) {
         format!("{} KiB", bytes / KIB)
     } else {
         format!("{bytes} B")

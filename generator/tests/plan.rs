@@ -10,7 +10,11 @@ use kgen::target;
 fn specs() -> Vec<KernelSpec> {
     let mut out = Vec::new();
     for bits in KernelSpec::SUPPORTED_BITS {
-        for g in Group::SUPPORTED.iter().map(|&g| Group::Size(g)).chain([Group::Column]) {
+        for g in Group::SUPPORTED
+            .iter()
+            .map(|&g| Group::Size(g))
+            .chain([Group::Column])
+        {
             for op in [Op::Gemv, Op::Gemm { m: 8 }, Op::Gemm { m: 128 }] {
                 if let Ok(s) = KernelSpec::new(op, bits, g) {
                     out.push(s);
@@ -33,13 +37,25 @@ fn every_target_plans_every_spec_within_eq4_and_eq5() {
                 let p = plan(&spec, &isa, t, &PlanOptions::default())
                     .unwrap_or_else(|e| panic!("{} {} {spec}: {e}", t.name, isa.name));
                 let eta = isa.registers;
-                assert!(eq4_holds(p.tile, eta), "{}: eq. 4 violated", p.kernel_name());
+                assert!(
+                    eq4_holds(p.tile, eta),
+                    "{}: eq. 4 violated",
+                    p.kernel_name()
+                );
                 assert!(p.registers.fits() && p.registers.total <= eta);
                 let lhs = eq5_lhs(spec.bits, 1, p.block.m_b, p.block.t_b);
-                assert!(lhs <= t.cache.l1d * 8, "{}: eq. 5 (GEMV form) violated", p.kernel_name());
+                assert!(
+                    lhs <= t.cache.l1d * 8,
+                    "{}: eq. 5 (GEMV form) violated",
+                    p.kernel_name()
+                );
                 let lhs_r = eq5_lhs(spec.bits, p.tile.m_r, p.block.m_b, p.block.t_b);
                 assert_eq!(lhs_r, p.block.lhs_bits);
-                assert!(lhs_r <= p.block.gamma_bits, "{}: eq. 5 with m_r rows violated", p.kernel_name());
+                assert!(
+                    lhs_r <= p.block.gamma_bits,
+                    "{}: eq. 5 with m_r rows violated",
+                    p.kernel_name()
+                );
                 let granule = kgen::layout::Layout::k_granule(spec.bits, spec.group);
                 assert_eq!(p.block.m_b % granule, 0, "m_b mod m_u, group");
                 assert_eq!(p.block.m_b % p.tile.m_u, 0);
@@ -48,7 +64,8 @@ fn every_target_plans_every_spec_within_eq4_and_eq5() {
                     // Allowed only where every tile that would fill 90% of L1 is
                     // predicted at least 3% slower than the chosen one.
                     let filling = p.candidates.iter().find(|c| {
-                        kgen::planner::solve_l1(&spec, &isa, t, c.tile, p.shape).is_some_and(|b| b.utilization >= 0.9)
+                        kgen::planner::solve_l1(&spec, &isa, t, c.tile, p.shape)
+                            .is_some_and(|b| b.utilization >= 0.9)
                     });
                     let traded = filling.is_none_or(|c| c.prediction.gbs < 0.97 * p.prediction.gbs);
                     if traded {
@@ -59,14 +76,23 @@ fn every_target_plans_every_spec_within_eq4_and_eq5() {
                             100.0 * p.block.utilization
                         );
                     } else {
-                        low_use.push(format!("{} on {}: {:.1}%", p.kernel_name(), t.name, 100.0 * p.block.utilization));
+                        low_use.push(format!(
+                            "{} on {}: {:.1}%",
+                            p.kernel_name(),
+                            t.name,
+                            100.0 * p.block.utilization
+                        ));
                     }
                 }
                 plans += 1;
             }
         }
     }
-    assert!(low_use.is_empty(), "plans using under 90% of L1 at 4096x4096:\n{}", low_use.join("\n"));
+    assert!(
+        low_use.is_empty(),
+        "plans using under 90% of L1 at 4096x4096:\n{}",
+        low_use.join("\n")
+    );
     eprintln!("{plans} plans checked");
 }
 
@@ -80,7 +106,10 @@ fn plans_are_deterministic_and_named_by_format_op_tile_isa() {
     assert_eq!(a.kernel_name(), b.kernel_name());
     assert_eq!((a.block.m_b, a.block.t_b), (b.block.m_b, b.block.t_b));
     let name = a.kernel_name();
-    assert!(name.starts_with("q4g32_gemv_") && name.ends_with("__avx512f"), "{name}");
+    assert!(
+        name.starts_with("q4g32_gemv_") && name.ends_with("__avx512f"),
+        "{name}"
+    );
 }
 
 #[test]
@@ -88,9 +117,16 @@ fn a_small_shape_bounds_the_blocks() {
     let t = target::load("haswell").unwrap();
     let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
     let isa = Isa::by_name("avx2").unwrap();
-    let opts = PlanOptions { shape: Some((64, 24)), ..PlanOptions::default() };
+    let opts = PlanOptions {
+        shape: Some((64, 24)),
+        ..PlanOptions::default()
+    };
     let p = plan(&spec, &isa, &t, &opts).unwrap();
-    assert!(p.block.m_b <= 64 && p.block.t_b <= 24.max(p.tile.t_u * p.lanes), "{:?}", p.block);
+    assert!(
+        p.block.m_b <= 64 && p.block.t_b <= 24.max(p.tile.t_u * p.lanes),
+        "{:?}",
+        p.block
+    );
 }
 
 #[test]
@@ -101,7 +137,14 @@ fn infeasible_requests_are_refused_with_reasons() {
     let e = plan(&spec, &avx512, &t, &PlanOptions::default()).unwrap_err();
     assert!(e.to_string().contains("does not list"), "{e}");
     let avx2 = Isa::by_name("avx2").unwrap();
-    let opts = PlanOptions { tile: Some(kgen::model::MicroTile { m_u: 1, t_u: 12, m_r: 1 }), ..PlanOptions::default() };
+    let opts = PlanOptions {
+        tile: Some(kgen::model::MicroTile {
+            m_u: 1,
+            t_u: 12,
+            m_r: 1,
+        }),
+        ..PlanOptions::default()
+    };
     let e = plan(&spec, &avx2, &t, &opts).unwrap_err();
     assert!(e.to_string().contains("vector registers"), "{e}");
 }

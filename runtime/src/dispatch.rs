@@ -50,7 +50,10 @@ impl Registry {
 
     /// Kernels this CPU runs for a format, best first.
     pub fn runnable(&self, bits: u32, group: Group, gemm: bool) -> &[KernelEntry] {
-        self.table.get(&key(bits, group, gemm)).map(Vec::as_slice).unwrap_or(&[])
+        self.table
+            .get(&key(bits, group, gemm))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// The GEMV kernel and the GEMM kernel sharing its layout for a format,
@@ -61,14 +64,32 @@ impl Registry {
     }
 
     /// As [`Registry::select`], with the forced ISA given explicitly.
-    pub fn select_isa(&self, bits: u32, group: Group, isa: Option<&str>) -> Result<(KernelEntry, KernelEntry), Error> {
-        let compiled: Vec<&KernelEntry> =
-            self.all.iter().filter(|e| e.bits == bits && e.group == group.size().unwrap_or(0)).collect();
+    pub fn select_isa(
+        &self,
+        bits: u32,
+        group: Group,
+        isa: Option<&str>,
+    ) -> Result<(KernelEntry, KernelEntry), Error> {
+        let compiled: Vec<&KernelEntry> = self
+            .all
+            .iter()
+            .filter(|e| e.bits == bits && e.group == group.size().unwrap_or(0))
+            .collect();
         if compiled.is_empty() {
             let formats: std::collections::BTreeSet<String> = self
                 .all
                 .iter()
-                .map(|e| format!("{}-bit group {}", e.bits, if e.group == 0 { "column".into() } else { e.group.to_string() }))
+                .map(|e| {
+                    format!(
+                        "{}-bit group {}",
+                        e.bits,
+                        if e.group == 0 {
+                            "column".into()
+                        } else {
+                            e.group.to_string()
+                        }
+                    )
+                })
                 .collect();
             return Err(Error::NoKernel(format!(
                 "this build has no kernel for {bits}-bit group {group}; it has: {}. \
@@ -79,23 +100,28 @@ impl Registry {
         let gemv = self.runnable(bits, group, false);
         let pick = match isa {
             None => gemv.first().ok_or_else(|| {
-                Error::NoKernel(format!("no kernel for {bits}-bit group {group} runs on this CPU"))
+                Error::NoKernel(format!(
+                    "no kernel for {bits}-bit group {group} runs on this CPU"
+                ))
             })?,
-            Some(name) => match gemv.iter().find(|e| e.isa == name) {
-                Some(e) => e,
-                None if compiled.iter().any(|e| e.isa == name) => {
-                    return Err(Error::NoKernel(format!(
+            Some(name) => {
+                match gemv.iter().find(|e| e.isa == name) {
+                    Some(e) => e,
+                    None if compiled.iter().any(|e| e.isa == name) => {
+                        return Err(Error::NoKernel(format!(
                         "{FORCE_ISA_ENV}={name}, but this CPU lacks the features it needs ({:?})",
                         compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
                     )))
-                }
-                None => {
-                    let isas: std::collections::BTreeSet<_> = compiled.iter().map(|e| e.isa).collect();
-                    return Err(Error::NoKernel(format!(
+                    }
+                    None => {
+                        let isas: std::collections::BTreeSet<_> =
+                            compiled.iter().map(|e| e.isa).collect();
+                        return Err(Error::NoKernel(format!(
                         "{FORCE_ISA_ENV}={name}, but this build has no {name} kernel for {bits}-bit group {group} (it has {isas:?})"
                     )));
+                    }
                 }
-            },
+            }
         };
         let gemm = self
             .runnable(bits, group, true)

@@ -47,7 +47,15 @@ pub struct KernelEntry {
 impl KernelEntry {
     /// Whether two kernels read the same packed layout.
     pub fn same_layout(&self, other: &KernelEntry) -> bool {
-        (self.bits, self.group, self.lanes, self.t_u, self.m_b, self.t_b)
-            == (other.bits, other.group, other.lanes, other.t_u, other.m_b, other.t_b)
+        (
+            self.bits, self.group, self.lanes, self.t_u, self.m_b, self.t_b,
+        ) == (
+            other.bits,
+            other.group,
+            other.lanes,
+            other.t_u,
+            other.m_b,
+            other.t_b,
+        )
     }
 }

@@ -6,7 +6,7 @@ use crate::gptq_file::{self, GptqOptions};
 use crate::kernel::KernelEntry;
 use crate::pool::{self, Pool};
 use kgen::format::GptqMatrix;
-use kgen::layout::{Layout, Packed};
+use kgen::layout::{Layout, Packed, Tiling};
 use kgen::spec::Group;
 use std::path::Path;
 use std::time::Instant;
@@ -55,8 +55,14 @@ impl QuantMatrix {
 
     /// Packs a GPTQ matrix for the best kernel of `registry`. `perm` is an
     /// act-order row permutation (see [`gptq_file::GptqLayer`]).
-    pub fn from_gptq_with(registry: &Registry, m: &GptqMatrix, perm: Option<Vec<u32>>) -> Result<QuantMatrix, Error> {
-        let forced = std::env::var(crate::FORCE_ISA_ENV).ok().filter(|s| !s.is_empty());
+    pub fn from_gptq_with(
+        registry: &Registry,
+        m: &GptqMatrix,
+        perm: Option<Vec<u32>>,
+    ) -> Result<QuantMatrix, Error> {
+        let forced = std::env::var(crate::FORCE_ISA_ENV)
+            .ok()
+            .filter(|s| !s.is_empty());
         Self::from_gptq_isa(registry, m, perm, forced.as_deref())
     }
 
@@ -71,12 +77,25 @@ impl QuantMatrix {
         m.validate()?;
         if let Some(p) = &perm {
             let mut seen = vec![false; m.k];
-            if p.len() != m.k || !p.iter().all(|&i| (i as usize) < m.k && !std::mem::replace(&mut seen[i as usize], true)) {
-                return Err(Error::Format(format!("act-order permutation is not a permutation of 0..{}", m.k)));
+            if p.len() != m.k
+                || !p
+                    .iter()
+                    .all(|&i| (i as usize) < m.k && !std::mem::replace(&mut seen[i as usize], true))
+            {
+                return Err(Error::Format(format!(
+                    "act-order permutation is not a permutation of 0..{}",
+                    m.k
+                )));
             }
         }
         let (gemv, gemm) = registry.select_isa(m.bits, m.group, isa)?;
-        let layout = Layout::new(m.bits, m.group, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n);
+        let tiling = Tiling {
+            lanes: gemv.lanes,
+            t_u: gemv.t_u,
+            m_b: gemv.m_b,
+            t_b: gemv.t_b,
+        };
+        let layout = Layout::new(m.bits, m.group, tiling, m.k, m.n);
         let t0 = Instant::now();
         let packed = layout.repack(m);
         let repack_seconds = t0.elapsed().as_secs_f64();
@@ -91,14 +110,31 @@ impl QuantMatrix {
                 repack_seconds * 1e3
             );
         }
-        Ok(QuantMatrix { layout, packed, gemv, gemm, perm, zcurve: gemv.zcurve, repack_seconds })
+        Ok(QuantMatrix {
+            layout,
+            packed,
+            gemv,
+            gemm,
+            perm,
+            zcurve: gemv.zcurve,
+            repack_seconds,
+        })
     }
 
     /// Quantizes f32 weights (`k x n` row-major) round-to-nearest per group.
-    pub fn from_f32(w: &[f32], k: usize, n: usize, bits: u32, group: Group) -> Result<QuantMatrix, Error> {
+    pub fn from_f32(
+        w: &[f32],
+        k: usize,
+        n: usize,
+        bits: u32,
+        group: Group,
+    ) -> Result<QuantMatrix, Error> {
         Self::check_format(bits, group)?;
         if k == 0 || n == 0 || w.len() != k * n {
-            return Err(Error::Shape(format!("{} weights given for a {k}x{n} matrix", w.len())));
+            return Err(Error::Shape(format!(
+                "{} weights given for a {k}x{n} matrix",
+                w.len()
+            )));
         }
         if let Some(v) = w.iter().find(|v| !v.is_finite()) {
             return Err(Error::Format(format!("weight {v} is not finite")));
@@ -119,17 +155,35 @@ impl QuantMatrix {
         zeros: Vec<f32>,
     ) -> Result<QuantMatrix, Error> {
         Self::check_format(bits, group)?;
-        let m = GptqMatrix { k, n, bits, group, qweight, scales, zeros };
+        let m = GptqMatrix {
+            k,
+            n,
+            bits,
+            group,
+            qweight,
+            scales,
+            zeros,
+        };
         m.validate()?;
-        if let Some(z) = m.zeros.iter().find(|&&z| z < 0.0 || z > ((1u32 << bits) - 1) as f32 + 1.0) {
-            return Err(Error::Format(format!("zero point {z} is outside the {bits}-bit levels")));
+        if let Some(z) = m
+            .zeros
+            .iter()
+            .find(|&&z| z < 0.0 || z > ((1u32 << bits) - 1) as f32 + 1.0)
+        {
+            return Err(Error::Format(format!(
+                "zero point {z} is outside the {bits}-bit levels"
+            )));
         }
         Self::from_gptq(&m)
     }
 
     /// Loads one GPTQ layer (`{prefix}.qweight`, `.qzeros`, `.scales`, optional
     /// `.g_idx`) from a safetensors file.
-    pub fn from_gptq_file(path: &Path, prefix: &str, opts: &GptqOptions) -> Result<QuantMatrix, Error> {
+    pub fn from_gptq_file(
+        path: &Path,
+        prefix: &str,
+        opts: &GptqOptions,
+    ) -> Result<QuantMatrix, Error> {
         let layer = gptq_file::load_gptq(path, prefix, opts)?;
         Self::from_gptq_with(Registry::builtin(), &layer.matrix, layer.perm)
     }
@@ -208,20 +262,38 @@ impl QuantMatrix {
             let src = &x[r * l.k..(r + 1) * l.k];
             let dst = &mut xp[r * l.k_pad..r * l.k_pad + l.k];
             match &self.perm {
-                Some(p) => dst.iter_mut().zip(p).for_each(|(d, &i)| *d = src[i as usize]),
+                Some(p) => dst
+                    .iter_mut()
+                    .zip(p)
+                    .for_each(|(d, &i)| *d = src[i as usize]),
                 None => dst.copy_from_slice(src),
             }
             for g in 0..groups {
-                let s: f64 = xp[r * l.k_pad + g * gsize..r * l.k_pad + (g + 1) * gsize].iter().map(|&v| v as f64).sum();
+                let s: f64 = xp[r * l.k_pad + g * gsize..r * l.k_pad + (g + 1) * gsize]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .sum();
                 xs[r * groups + g] = s as f32;
             }
         }
         let direct = l.n == l.n_pad;
-        let mut ypad = if direct { Vec::new() } else { vec![0f32; m * l.n_pad] };
-        let yptr = SendPtr(if direct { y.as_mut_ptr() } else { ypad.as_mut_ptr() });
+        let mut ypad = if direct {
+            Vec::new()
+        } else {
+            vec![0f32; m * l.n_pad]
+        };
+        let yptr = SendPtr(if direct {
+            y.as_mut_ptr()
+        } else {
+            ypad.as_mut_ptr()
+        });
         let panels = l.panels();
         let tasks = pool.threads().min(panels).max(1);
-        let (w, sc, nz) = (self.packed.w.as_ptr() as usize, self.packed.sc.as_ptr() as usize, self.packed.nz.as_ptr() as usize);
+        let (w, sc, nz) = (
+            self.packed.w.as_ptr() as usize,
+            self.packed.sc.as_ptr() as usize,
+            self.packed.nz.as_ptr() as usize,
+        );
         let (xptr, xsptr) = (xp.as_ptr() as usize, xs.as_ptr() as usize);
         let run = kernel.run;
         let (k_pad, n_pad, zcurve) = (l.k_pad, l.n_pad, self.zcurve);

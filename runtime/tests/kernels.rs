@@ -9,7 +9,14 @@ use std::collections::BTreeSet;
 
 /// `(k, n)` pairs: k not a multiple of the group or block, n not a multiple of
 /// the tile width, several K blocks and panels.
-const SHAPES: &[(usize, usize)] = &[(1, 1), (31, 7), (100, 33), (257, 130), (1000, 300), (2600, 70)];
+const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (31, 7),
+    (100, 33),
+    (257, 130),
+    (1000, 300),
+    (2600, 70),
+];
 const ROWS: &[usize] = &[1, 2, 3, 5, 9];
 
 /// Formats in the build, as (bits, group).
@@ -58,14 +65,26 @@ fn every_kernel_matches_the_oracle() {
     let mut checked = 0;
     for (bits, g) in formats(reg) {
         let group = group_of(g);
-        let isas: Vec<&str> = reg.runnable(bits, group, false).iter().map(|e| e.isa).collect();
+        let isas: Vec<&str> = reg
+            .runnable(bits, group, false)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
         assert!(!isas.is_empty(), "{bits}-bit g{g}: no runnable kernel");
-        assert_eq!(*isas.last().unwrap(), "portable", "portable fallback must always be there");
+        assert_eq!(
+            *isas.last().unwrap(),
+            "portable",
+            "portable fallback must always be there"
+        );
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
             let w = random_gptq(k, n, bits, group, 17 + si as u64 * 31 + bits as u64);
             for isa in &isas {
                 let mut qm = QuantMatrix::from_gptq_isa(reg, &w, None, Some(isa)).unwrap();
-                assert_eq!(qm.gemv_kernel().isa, *isa, "forced ISA must be the one that runs");
+                assert_eq!(
+                    qm.gemv_kernel().isa,
+                    *isa,
+                    "forced ISA must be the one that runs"
+                );
                 assert_eq!(qm.gemm_kernel().isa, *isa);
                 for zcurve in [false, true] {
                     qm.set_zcurve(zcurve);
@@ -132,29 +151,59 @@ fn bad_shapes_and_data_are_errors() {
     let w = random_gptq(64, 16, 4, Group::Size(32), 1);
     let qm = QuantMatrix::from_gptq(&w).unwrap();
     let mut y = vec![0f32; 16];
-    assert!(qm.gemv(&[0.0; 63], &mut y).unwrap_err().to_string().contains("shape mismatch"));
+    assert!(qm
+        .gemv(&[0.0; 63], &mut y)
+        .unwrap_err()
+        .to_string()
+        .contains("shape mismatch"));
     assert!(qm.gemv(&[0.0; 64], &mut [0.0; 15]).is_err());
     assert!(qm.gemm(&[0.0; 128], 3, &mut [0.0; 48]).is_err());
     assert!(qm.gemm(&[], 0, &mut []).is_err());
     // Buffers that disagree with the shape.
     let mut bad = w.clone();
     bad.qweight.pop();
-    assert!(QuantMatrix::from_gptq(&bad).unwrap_err().to_string().contains("qweight"));
+    assert!(QuantMatrix::from_gptq(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("qweight"));
     let mut bad = w.clone();
     bad.scales[3] = f32::NAN;
     assert!(QuantMatrix::from_gptq(&bad).is_err());
     assert!(QuantMatrix::from_f32(&[0.0; 10], 3, 3, 4, Group::Size(32)).is_err());
     assert!(QuantMatrix::from_f32(&[f32::INFINITY; 9], 3, 3, 4, Group::Size(32)).is_err());
-    assert!(QuantMatrix::from_f32(&[0.0; 9], 3, 3, 5, Group::Size(32)).unwrap_err().to_string().contains("5 weight bits"));
-    let e = QuantMatrix::from_raw(64, 16, 4, Group::Size(32), vec![0; 10], vec![1.0; 32], vec![0.0; 32]);
+    assert!(QuantMatrix::from_f32(&[0.0; 9], 3, 3, 5, Group::Size(32))
+        .unwrap_err()
+        .to_string()
+        .contains("5 weight bits"));
+    let e = QuantMatrix::from_raw(
+        64,
+        16,
+        4,
+        Group::Size(32),
+        vec![0; 10],
+        vec![1.0; 32],
+        vec![0.0; 32],
+    );
     assert!(e.is_err());
-    let e = QuantMatrix::from_raw(64, 16, 4, Group::Size(32), vec![0; 128], vec![1.0; 32], vec![99.0; 32]);
+    let e = QuantMatrix::from_raw(
+        64,
+        16,
+        4,
+        Group::Size(32),
+        vec![0; 128],
+        vec![1.0; 32],
+        vec![99.0; 32],
+    );
     assert!(e.unwrap_err().to_string().contains("zero point"));
     let bad_perm = Some(vec![0u32; 64]);
     assert!(QuantMatrix::from_gptq_with(Registry::builtin(), &w, bad_perm).is_err());
     // A format the build has no kernel for is an error naming the fix.
     let w16 = random_gptq(64, 16, 2, Group::Size(256), 1);
-    if !Registry::builtin().all().iter().any(|e| e.bits == 2 && e.group == 256) {
+    if !Registry::builtin()
+        .all()
+        .iter()
+        .any(|e| e.bits == 2 && e.group == 256)
+    {
         let e = QuantMatrix::from_gptq(&w16).unwrap_err().to_string();
         assert!(e.contains("KGEN_SPECS"), "{e}");
     }
@@ -166,7 +215,16 @@ fn constructors_agree() {
     let wf = Rng::new(4).vec_f32(k * n);
     let a = QuantMatrix::from_f32(&wf, k, n, 4, Group::Size(32)).unwrap();
     let g = GptqMatrix::quantize_rtn(k, n, 4, Group::Size(32), &wf);
-    let b = QuantMatrix::from_raw(k, n, 4, Group::Size(32), g.qweight.clone(), g.scales.clone(), g.zeros.clone()).unwrap();
+    let b = QuantMatrix::from_raw(
+        k,
+        n,
+        4,
+        Group::Size(32),
+        g.qweight.clone(),
+        g.scales.clone(),
+        g.zeros.clone(),
+    )
+    .unwrap();
     let x = Rng::new(8).vec_f32(k);
     let (mut ya, mut yb) = (vec![0f32; n], vec![0f32; n]);
     a.gemv(&x, &mut ya).unwrap();
@@ -177,6 +235,10 @@ fn constructors_agree() {
     // half a step (~0.07 here), so the sum's error grows like sqrt(k).
     for j in 0..n {
         let exact: f64 = (0..k).map(|i| x[i] as f64 * wf[i * n + j] as f64).sum();
-        assert!((ya[j] as f64 - exact).abs() < 0.15 * (k as f64).sqrt(), "col {j}: {} vs {exact}", ya[j]);
+        assert!(
+            (ya[j] as f64 - exact).abs() < 0.15 * (k as f64).sqrt(),
+            "col {j}: {} vs {exact}",
+            ya[j]
+        );
     }
 }

@@ -1,0 +1,15 @@
+//! Chooses which kernels this crate carries: two weight formats, for every
+//! ISA family of the architecture being built for (the default targets), so
+//! the binary picks the best one on whatever CPU it runs on.
+
+use kgen::spec::Group;
+
+fn main() {
+    let result = kgen::build::Config::new()
+        .spec(4, Group::Size(128)) // 4-bit, group size 128
+        .spec(3, Group::Column) // 3-bit, one group per column
+        .generate();
+    if let Err(e) = result {
+        panic!("kgen could not generate the kernels for kgen-downstream-example: {e}");
+    }
+}
