@@ -12,7 +12,9 @@ use kgen_benches::{paired_medians, read_bandwidth_gbs};
 use kgen_runtime::{Group, Pool, QuantMatrix, Registry};
 use std::hint::black_box;
 
-const SHAPES: &[(usize, usize)] = &[(4096, 4096), (4096, 11008)];
+/// (K, N): y = x W with W K x N. 11008x4096 is an MLP down projection,
+/// 4096x11008 an up projection.
+const SHAPES: &[(usize, usize)] = &[(4096, 4096), (11008, 4096), (4096, 11008)];
 
 fn gemv(c: &mut Criterion) {
     let reg = Registry::builtin();
@@ -52,6 +54,9 @@ fn gemv(c: &mut Criterion) {
 
 /// Paired medians against candle's Q4_0 and Q4K matmul, one RATIO line per case.
 fn ratios(_: &mut Criterion) {
+    // One thread for the peer too (candle parallelises with rayon), set before
+    // rayon's pool exists.
+    std::env::set_var("RAYON_NUM_THREADS", "1");
     let bw = read_bandwidth_gbs(256 << 20);
     println!("machine single-thread read bandwidth: {bw:.1} GB/s");
     let reg = Registry::builtin();

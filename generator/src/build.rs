@@ -328,6 +328,7 @@ fn entry(
                 m_b: k::M_B,
                 t_b: k::T_B,
                 zcurve: k::ZCURVE,
+                x_scale: k::X_SCALE,
                 gemm: #gemm,
                 detect: #detect,
                 run: k::run,

@@ -11,8 +11,8 @@
 //! - `micro_r{R}`: the micro kernels for `R = 1..=m_r` activation rows, fully
 //!   unrolled over one packing unit with systematic register names
 //!   (`p_{word}_{t}` packed words, `v_{value}_{t}` unpacked weights,
-//!   `x_{row}_{value}` broadcasts, `a_{row}_{t}` group sums, `y_{row}_{t}`
-//!   outputs);
+//!   `x_{row}_{value}` broadcasts, `a_{row}_{t}_{j}` the m_u accumulators of
+//!   output vector t);
 //! - `body`: the mini-GEMV driver visiting the plan's blocks in its order;
 //! - `run`: the public entry, a thin `#[target_feature]` wrapper over `body`.
 
@@ -220,6 +220,7 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
     let (lanes, m_u, t_u, m_r) = (lit(geo.lanes), lit(geo.m_u), lit(geo.t_u), lit(geo.m_r));
     let (m_b, t_b) = (lit(plan.block.m_b), lit(plan.block.t_b));
     let zcurve = plan.order == BlockOrder::ZCurve;
+    let x_scale = crate::model::x_scales(geo.bits);
     let doc = format!(
         " {} on {}: see the file header for the plan.",
         plan.spec, plan.target
@@ -249,6 +250,10 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
             pub const M_B: usize = #m_b;
             pub const T_B: usize = #t_b;
             pub const ZCURVE: bool = #zcurve;
+            /// Factors the activations are multiplied by before the call, per
+            /// position in a packing unit (values masked in place are read as
+            /// `q * 2^shift`).
+            pub const X_SCALE: &[f32] = &[#(#x_scale),*];
 
             #(#micro)*
 
@@ -277,34 +282,67 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
 /// The unrolled micro kernel for `rows` activation rows.
 fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
-    let grouped = geo.upg.is_some();
     let lanes = geo.lanes;
     let tw = geo.tw();
-    let mask_val = Literal::u32_unsuffixed((1u32 << geo.bits) - 1);
-    let y = |r: usize, t: usize| format_ident!("y_{}_{}", r, t);
-    let a = |r: usize, t: usize| format_ident!("a_{}_{}", r, t);
-    let acc = |r: usize, t: usize| if grouped { a(r, t) } else { y(r, t) };
+    let mut masks = std::collections::BTreeMap::new();
+    for step in unpack_steps(geo.bits).iter().filter(|s| s.needs_mask) {
+        let shift = if step.in_place { step.shift } else { 0 };
+        let value = Literal::u32_unsuffixed((((1u64 << geo.bits) - 1) << shift) as u32);
+        let name = mask_name(step);
+        masks.insert(shift, quote! { let #name = ops::splatw(#value); });
+    }
+    let masks = masks.values();
+    // m_u independent accumulators per output vector and row: value e of a
+    // unit goes to accumulator e mod m_u, so FMA chains are m_u times shorter.
+    let a = |r: usize, t: usize, j: usize| format_ident!("a_{}_{}_{}", r, t, j);
+    let y_at = |r: usize, t: usize| {
+        let (row, off) = (lit(r), lit(t * lanes));
+        quote! { y.add(#row * ldy + #off) }
+    };
+    // Pairwise sum of a row/column's accumulators.
+    let sum = |r: usize, t: usize| {
+        let mut terms: Vec<TokenStream> = (0..geo.m_u)
+            .map(|j| {
+                let i = a(r, t, j);
+                quote! { #i }
+            })
+            .collect();
+        while terms.len() > 1 {
+            terms = terms
+                .chunks(2)
+                .map(|c| match c {
+                    [l, rr] => quote! { ops::add(#l, #rr) },
+                    [l] => l.clone(),
+                    _ => unreachable!(),
+                })
+                .collect();
+        }
+        terms.pop().expect("m_u >= 1")
+    };
 
-    let mut load_y = TokenStream::new();
-    let mut store_y = TokenStream::new();
-    let mut zero_a = TokenStream::new();
-    let mut fold = TokenStream::new();
+    let mut init = TokenStream::new();
+    let mut finish = TokenStream::new();
     for r in 0..rows {
         for t in 0..geo.t_u {
-            let (yi, ai) = (y(r, t), a(r, t));
-            let off = lit(t * lanes);
-            let row = lit(r);
-            load_y.extend(quote! { let mut #yi = ops::load(y.add(#row * ldy + #off)); });
-            store_y.extend(quote! { ops::store(y.add(#row * ldy + #off), #yi); });
-            zero_a.extend(quote! { let mut #ai = ops::zero(); });
+            for j in 0..geo.m_u {
+                let ai = a(r, t, j);
+                let start = if geo.upg.is_none() && j == 0 {
+                    // Whole column: accumulate straight into y's running value.
+                    let yp = y_at(r, t);
+                    quote! { ops::load(#yp) }
+                } else {
+                    quote! { ops::zero() }
+                };
+                init.extend(quote! { let mut #ai = #start; });
+            }
         }
     }
-    if grouped {
+    if geo.upg.is_some() {
         for t in 0..geo.t_u {
             let s = format_ident!("s_{}", t);
             let z = format_ident!("z_{}", t);
             let off = lit(t * lanes);
-            fold.extend(quote! {
+            finish.extend(quote! {
                 let #s = ops::load(sc.add(#off));
                 let #z = ops::load(nz.add(#off));
             });
@@ -312,16 +350,23 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
         for r in 0..rows {
             let xs_r = format_ident!("xs_{}", r);
             let row = lit(r);
-            fold.extend(quote! { let #xs_r = ops::splat(xs.add(#row * ldxs)); });
+            finish.extend(quote! { let #xs_r = ops::splat(xs.add(#row * ldxs)); });
             for t in 0..geo.t_u {
-                let (yi, ai) = (y(r, t), a(r, t));
-                let s = format_ident!("s_{}", t);
-                let z = format_ident!("z_{}", t);
-                // eq. 2: y += s * <x_g, q_g> - s z <x_g, 1>, with nz = -s z.
-                fold.extend(quote! {
-                    #yi = ops::fma(#ai, #s, #yi);
-                    #yi = ops::fma(#z, #xs_r, #yi);
+                let (s, z) = (format_ident!("s_{}", t), format_ident!("z_{}", t));
+                let (total, yp) = (sum(r, t), y_at(r, t));
+                // eq. 2: y += s * <x_g, q_g> - s z <x_g, 1>, with nz = -s z. y lives
+                // in L1 between groups, which leaves the registers to the accumulators.
+                finish.extend(quote! {
+                    let yv = ops::fma(#total, #s, ops::load(#yp));
+                    ops::store(#yp, ops::fma(#z, #xs_r, yv));
                 });
+            }
+        }
+    } else {
+        for r in 0..rows {
+            for t in 0..geo.t_u {
+                let (total, yp) = (sum(r, t), y_at(r, t));
+                finish.extend(quote! { ops::store(#yp, #total); });
             }
         }
     }
@@ -335,51 +380,35 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
             unit.extend(quote! { let #p = ops::loadw(w.add(#off)); });
         }
     }
-    let steps = unpack_steps(geo.bits);
-    for chunk in steps
-        .chunks(geo.m_u)
-        .enumerate()
-        .map(|(c, s)| (c * geo.m_u, s))
-    {
-        let (first, chunk_steps) = chunk;
+    for (e, step) in unpack_steps(geo.bits).iter().enumerate() {
         for r in 0..rows {
-            for e in first..first + chunk_steps.len() {
+            let xi = format_ident!("x_{}_{}", r, e);
+            let (row, col) = (lit(r), lit(e));
+            unit.extend(quote! { let #xi = ops::splat(x.add(#row * ldx + #col)); });
+        }
+        for t in 0..geo.t_u {
+            let v = format_ident!("v_{}_{}", e, t);
+            let p = format_ident!("p_{}_{}", step.word, t);
+            let shift = Literal::u32_unsuffixed(step.applied_shift());
+            let mut val = if step.applied_shift() == 0 {
+                quote! { #p }
+            } else {
+                quote! { ops::srl::<#shift>(#p) }
+            };
+            if step.straddles {
+                let next = format_ident!("p_{}_{}", step.word + 1, t);
+                let back = Literal::u32_unsuffixed(32 - step.shift);
+                val = quote! { ops::or(#val, ops::sll::<#back>(#next)) };
+            }
+            if step.needs_mask {
+                let m = mask_name(step);
+                val = quote! { ops::and(#val, #m) };
+            }
+            unit.extend(quote! { let #v = ops::cvt(#val); });
+            for r in 0..rows {
                 let xi = format_ident!("x_{}_{}", r, e);
-                let (row, col) = (lit(r), lit(e));
-                unit.extend(quote! { let #xi = ops::splat(x.add(#row * ldx + #col)); });
-            }
-        }
-        for (i, step) in chunk_steps.iter().enumerate() {
-            let e = first + i;
-            for t in 0..geo.t_u {
-                let v = format_ident!("v_{}_{}", e, t);
-                let p = format_ident!("p_{}_{}", step.word, t);
-                let shift = Literal::u32_unsuffixed(step.shift);
-                let mut val = if step.shift == 0 {
-                    quote! { #p }
-                } else {
-                    quote! { ops::srl::<#shift>(#p) }
-                };
-                if step.straddles {
-                    let next = format_ident!("p_{}_{}", step.word + 1, t);
-                    let back = Literal::u32_unsuffixed(32 - step.shift);
-                    val = quote! { ops::or(#val, ops::sll::<#back>(#next)) };
-                }
-                if step.needs_mask {
-                    val = quote! { ops::and(#val, mask) };
-                }
-                unit.extend(quote! { let #v = ops::cvt(#val); });
-            }
-        }
-        for (i, _) in chunk_steps.iter().enumerate() {
-            let e = first + i;
-            for t in 0..geo.t_u {
-                let v = format_ident!("v_{}_{}", e, t);
-                for r in 0..rows {
-                    let xi = format_ident!("x_{}_{}", r, e);
-                    let ai = acc(r, t);
-                    unit.extend(quote! { #ai = ops::fma(#v, #xi, #ai); });
-                }
+                let ai = a(r, t, e % geo.m_u);
+                unit.extend(quote! { #ai = ops::fma(#v, #xi, #ai); });
             }
         }
     }
@@ -388,17 +417,17 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
         w = w.add(#wstep);
         x = x.add(#xstep);
     };
-    let loops = match geo.upg {
+    let body = match geo.upg {
         Some(upg) => {
             let upg = lit(upg);
             quote! {
                 for _ in 0..units / #upg {
-                    #zero_a
+                    #init
                     for _ in 0..#upg {
                         #unit
                         #advance
                     }
-                    #fold
+                    #finish
                     sc = sc.add(n_pad);
                     nz = nz.add(n_pad);
                     xs = xs.add(1);
@@ -406,15 +435,18 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
             }
         }
         None => quote! {
+            #init
             for _ in 0..units {
                 #unit
                 #advance
             }
+            #finish
         },
     };
     let doc = format!(
-        " Micro kernel: {rows} row(s) x {} columns over `units` packing units of {} values.",
-        tw, geo.vpu
+        " Micro kernel: {rows} row(s) x {tw} columns, {} accumulator(s) per output vector, \
+         over `units` packing units of {} values.",
+        geo.m_u, geo.vpu
     );
     let attrs = fn_attrs(geo.features);
     quote! {
@@ -425,13 +457,16 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
             y: *mut f32, ldx: usize, ldxs: usize, ldy: usize, n_pad: usize, units: usize,
         ) {
             unsafe {
-                let mask = ops::splatw(#mask_val);
-                #load_y
-                #loops
-                #store_y
+                #(#masks)*
+                #body
             }
         }
     }
+}
+
+/// The mask register for a step: the level mask at the value's in-place position.
+fn mask_name(step: &crate::model::UnpackStep) -> proc_macro2::Ident {
+    format_ident!("mask_{}", if step.in_place { step.shift } else { 0 })
 }
 
 /// The mini-GEMV driver: zeroes `y`, visits the blocks, applies the

@@ -19,16 +19,46 @@ use crate::target::TargetDesc;
 use serde::Serialize;
 
 /// How one value of a packing unit is pulled out of its words.
+///
+/// Most values are never shifted: masking a word in place leaves
+/// `q * 2^shift`, which converts to f32 exactly (a few significant bits),
+/// and the kernel multiplies it by an activation pre-scaled by `2^-shift`
+/// ([`UnpackStep::x_scale`]). The factor is folded into the activations once
+/// per call instead of a shift per weight vector, as the Arm paper folds the
+/// nibble factor 16 into the scale. Only the value that reaches the sign bit
+/// (and 3-bit values straddling two words) is shifted down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UnpackStep {
     /// Word within the unit holding the value's low bits.
     pub word: usize,
-    /// Right shift of that word (0: none needed).
+    /// Bit position of the value in that word.
     pub shift: u32,
     /// Whether the value continues into the next word (3-bit only).
     pub straddles: bool,
+    /// Masked in place (no shift); its activation is pre-scaled by `2^-shift`.
+    pub in_place: bool,
     /// Whether a mask is needed (the top value of a word needs none).
     pub needs_mask: bool,
+}
+
+impl UnpackStep {
+    /// Factor the activation at this position is multiplied by beforehand.
+    pub fn x_scale(&self) -> f32 {
+        if self.in_place {
+            (-(self.shift as f32)).exp2()
+        } else {
+            1.0
+        }
+    }
+
+    /// Right shift the kernel applies (0: none).
+    pub fn applied_shift(&self) -> u32 {
+        if self.in_place {
+            0
+        } else {
+            self.shift
+        }
+    }
 }
 
 /// The unpack sequence for one packing unit of `bits`-bit values.
@@ -40,14 +70,22 @@ pub fn unpack_steps(bits: u32) -> Vec<UnpackStep> {
             let word = bit / 32;
             let shift = (bit % 32) as u32;
             let straddles = shift + bits > 32;
+            // Below the sign bit, so the signed convert sees q * 2^shift >= 0.
+            let in_place = !straddles && shift + bits <= 31;
             UnpackStep {
                 word,
                 shift,
                 straddles,
+                in_place,
                 needs_mask: straddles || shift + bits < 32,
             }
         })
         .collect()
+}
+
+/// Activation pre-scale factors for the positions of one packing unit.
+pub fn x_scales(bits: u32) -> Vec<f32> {
+    unpack_steps(bits).iter().map(UnpackStep::x_scale).collect()
 }
 
 /// Vector ALU uops to unpack one unit for one column vector.
@@ -55,7 +93,7 @@ pub fn unpack_alu_ops(bits: u32) -> usize {
     unpack_steps(bits)
         .iter()
         .map(|s| {
-            let shift = usize::from(s.shift != 0);
+            let shift = usize::from(s.applied_shift() != 0);
             let straddle = if s.straddles { 2 } else { 0 }; // shift left + or
             shift + straddle + usize::from(s.needs_mask) + 1 // + convert
         })
@@ -72,14 +110,19 @@ pub struct MicroTile {
 }
 
 /// Register use of a micro tile (eq. 4 made per ISA).
+///
+/// The terms follow eq. 4 (`m_u + m_u t_u + t_u <= eta`) with the roles the
+/// emitted code gives them: `m_u t_u` accumulators (m_u independent partial
+/// sums per output vector, so FMA chains are m_u times shorter), `t_u`
+/// packed weight words, and the broadcast activations; times `m_r` rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct RegisterUse {
-    /// Output accumulators; doubled for grouped specs, which keep a per-group
-    /// partial sum next to the running output (eq. 2).
+    /// m_u x t_u x m_r partial sums.
     pub accumulators: usize,
-    /// Unpacked weights of the m_u x t_u tile plus the t_u packed words.
+    /// t_u packed word vectors (two per column vector while a 3-bit value
+    /// straddles words) plus the one unpacked weight in flight.
     pub weights: usize,
-    /// Broadcast activations (m_u per row) plus the unpack mask.
+    /// One broadcast activation per row, plus the unpack mask.
     pub broadcast: usize,
     pub total: usize,
     /// The ISA's register count (eta).
@@ -88,10 +131,10 @@ pub struct RegisterUse {
 
 impl RegisterUse {
     pub fn of(spec: &KernelSpec, isa: &Isa, tile: MicroTile) -> RegisterUse {
-        let grouped = matches!(spec.group, Group::Size(_));
-        let accumulators = tile.t_u * tile.m_r * if grouped { 2 } else { 1 };
-        let weights = tile.m_u * tile.t_u + tile.t_u;
-        let broadcast = tile.m_u * tile.m_r + 1;
+        let accumulators = tile.m_u * tile.t_u * tile.m_r;
+        let words = if spec.bits == 3 { 2 } else { 1 };
+        let weights = tile.t_u * words + 1;
+        let broadcast = tile.m_r + 1;
         RegisterUse {
             accumulators,
             weights,
@@ -173,16 +216,18 @@ pub fn predict(
         Group::Size(g) => (g / spec.values_per_unit()) as f64,
         Group::Column => f64::INFINITY,
     };
-    let fold_fma = 2.0 * t_u * m_r / units_per_group;
-    let fold_loads = (2.0 * t_u + m_r) / units_per_group;
+    let m_u = tile.m_u as f64;
+    // Per group: sum the m_u partials, two FMAs, y load + store, scale loads.
+    let fold_fma = (2.0 + (m_u - 1.0)) * t_u * m_r / units_per_group;
+    let fold_loads = (2.0 * t_u + m_r + 2.0 * t_u * m_r) / units_per_group;
 
     let fma_units = core.fma_units.max(1) as f64;
     let all_units = fma_units + core.vector_alu_units as f64;
     let issue = ((fma_ops + fold_fma) / fma_units)
         .max((fma_ops + fold_fma + alu_ops) / all_units)
         .max((loads + fold_loads) / core.load_units.max(1) as f64);
-    // Each accumulator receives `values` dependent FMAs per unit.
-    let latency = values * FMA_LATENCY * if isa.fused_fma { 1.0 } else { 2.0 };
+    // Each accumulator receives values / m_u dependent FMAs per unit.
+    let latency = values / m_u * FMA_LATENCY * if isa.fused_fma { 1.0 } else { 2.0 };
     let cycles = issue.max(latency);
 
     let tw = (isa.lanes * tile.t_u) as f64;
@@ -224,10 +269,13 @@ mod tests {
 
     #[test]
     fn unpack_counts_skip_needless_shift_and_mask() {
-        // 4-bit: 8 values; value 0 needs no shift, value 7 no mask.
-        assert_eq!(unpack_alu_ops(4), 7 + 7 + 8);
+        // 4-bit: 8 values; values 0..7 are masked in place, value 7 is only shifted.
+        assert_eq!(unpack_alu_ops(4), 1 + 7 + 8);
         // 8-bit: 4 values.
-        assert_eq!(unpack_alu_ops(8), 3 + 3 + 4);
+        assert_eq!(unpack_alu_ops(8), 1 + 3 + 4);
+        assert_eq!(x_scales(4)[1], 1.0 / 16.0);
+        assert_eq!(x_scales(4)[7], 1.0);
+        assert_eq!(x_scales(2)[14], (-28f32).exp2());
         let s3 = unpack_steps(3);
         assert_eq!(s3.len(), 32);
         assert_eq!(s3.iter().filter(|s| s.straddles).count(), 2);

@@ -37,6 +37,9 @@ pub struct KernelEntry {
     pub t_b: usize,
     /// The plan's block order.
     pub zcurve: bool,
+    /// Factors for the activations, by position within a packing unit, applied
+    /// before the call (the kernel reads in-place-masked levels as `q * 2^shift`).
+    pub x_scale: &'static [f32],
     /// GEMM (several activation rows per micro kernel) or GEMV.
     pub gemm: bool,
     /// Whether the running CPU has `features`.

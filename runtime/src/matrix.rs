@@ -275,6 +275,13 @@ impl QuantMatrix {
                     .sum();
                 xs[r * groups + g] = s as f32;
             }
+            // Pre-scale after the group sums, which need the plain values.
+            let row = &mut xp[r * l.k_pad..(r + 1) * l.k_pad];
+            for unit in row.chunks_exact_mut(kernel.x_scale.len()) {
+                unit.iter_mut()
+                    .zip(kernel.x_scale)
+                    .for_each(|(v, f)| *v *= f);
+            }
         }
         let direct = l.n == l.n_pad;
         let mut ypad = if direct {

@@ -37,6 +37,11 @@ pub unsafe fn fma(a: V, b: V, c: V) -> V {
 }
 
 #[inline(always)]
+pub unsafe fn add(a: V, b: V) -> V {
+    _mm256_add_ps(a, b)
+}
+
+#[inline(always)]
 pub unsafe fn loadw(p: *const u32) -> W {
     _mm256_loadu_si256(p as *const _)
 }

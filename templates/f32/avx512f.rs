@@ -37,6 +37,11 @@ pub unsafe fn fma(a: V, b: V, c: V) -> V {
 }
 
 #[inline(always)]
+pub unsafe fn add(a: V, b: V) -> V {
+    _mm512_add_ps(a, b)
+}
+
+#[inline(always)]
 pub unsafe fn loadw(p: *const u32) -> W {
     _mm512_loadu_si512(p as *const _)
 }

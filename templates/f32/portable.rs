@@ -40,6 +40,15 @@ pub unsafe fn fma(a: V, b: V, c: V) -> V {
 }
 
 #[inline(always)]
+pub unsafe fn add(a: V, b: V) -> V {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] += b[i];
+    }
+    r
+}
+
+#[inline(always)]
 pub unsafe fn loadw(p: *const u32) -> W {
     core::ptr::read_unaligned(p as *const W)
 }
