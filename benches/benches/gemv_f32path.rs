@@ -77,6 +77,15 @@ fn ratios(_: &mut Criterion) {
         let wt = Tensor::from_vec(wt, (n, k), &dev).unwrap();
         let xt = Tensor::from_vec(x.clone(), (1, k), &dev).unwrap();
         let flops = 2.0 * (k * n) as f64;
+        // Repack time: median of several packs from the GPTQ form.
+        let repack = kgen_benches::median_secs(7, 1, || {
+            black_box(QuantMatrix::from_gptq_with(reg, &gq, None).unwrap());
+        });
+        println!(
+            "REPACK shape={k}x{n} kernel={} median_ms={:.2}",
+            qm.gemv_kernel().name,
+            repack * 1e3
+        );
         for (label, dtype) in [
             ("candle_q4_0", GgmlDType::Q4_0),
             ("candle_q4k", GgmlDType::Q4K),
