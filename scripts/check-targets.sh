@@ -10,7 +10,7 @@ for f in targets/*.toml; do
     if grep -q '^arch *= *"aarch64"' "$f"; then arm+=("$name"); else x86+=("$name"); fi
 done
 join() { local IFS=,; echo "$*"; }
-specs="4:32,3:128,2:col,8:64"
+specs="2:32,2:128,2:col,3:32,3:128,3:col,4:32,4:128,4:col,8:64"
 KGEN_SPECS=$specs KGEN_TARGETS=$(join "${x86[@]}") \
     cargo check -q -p kgen-runtime --target-dir target/check-targets
 KGEN_SPECS=$specs KGEN_TARGETS=$(join "${arm[@]}") \

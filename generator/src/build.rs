@@ -66,8 +66,28 @@ pub fn family_targets(arch: Arch) -> &'static [&'static str] {
     }
 }
 
-/// Parses `4:32,3:128,8:col` into formats.
+/// Every format kgen supports: `KGEN_SPECS=all`.
+pub fn all_specs() -> Vec<(u32, Group)> {
+    let mut out = Vec::new();
+    for bits in crate::spec::KernelSpec::SUPPORTED_BITS {
+        for g in Group::SUPPORTED
+            .iter()
+            .map(|&g| Group::Size(g))
+            .chain([Group::Column])
+        {
+            if crate::spec::KernelSpec::new(Op::Gemv, bits, g).is_ok() {
+                out.push((bits, g));
+            }
+        }
+    }
+    out
+}
+
+/// Parses `4:32,3:128,8:col` (or `all`) into formats.
 pub fn parse_specs(s: &str) -> Result<Vec<(u32, Group)>, Error> {
+    if s.trim() == "all" {
+        return Ok(all_specs());
+    }
     s.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())

@@ -53,11 +53,50 @@ pub struct Tiling {
     pub t_b: usize,
 }
 
+/// One cache line of words: the unit [`AlignedWords`] allocates in.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
+struct Line([u32; 16]);
+
+/// A zero-initialised word buffer that starts on a 64-byte boundary, so that
+/// no vector load of a tile row splits a cache line (a plain `Vec<u32>` from
+/// the allocator is only 16-byte aligned, and its offset varies run to run).
+#[derive(Clone, Debug, Default)]
+pub struct AlignedWords {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl AlignedWords {
+    pub fn zeroed(len: usize) -> AlignedWords {
+        AlignedWords {
+            lines: vec![Line::default(); len.div_ceil(16)],
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for AlignedWords {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        // SAFETY: `Line` is `repr(C)` around `[u32; 16]` with no padding, so
+        // the lines are `16 * lines.len() >= len` contiguous, initialised u32.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u32>(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedWords {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        // SAFETY: as in `deref`, with unique access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u32>(), self.len) }
+    }
+}
+
 /// Weights, scales and negated scaled zeros in a kernel's layout.
 #[derive(Clone, Debug, Default)]
 pub struct Packed {
-    /// Words in panel / block / tile / word-row order.
-    pub w: Vec<u32>,
+    /// Words in panel / block / tile / word-row order, 64-byte aligned.
+    pub w: AlignedWords,
     /// `groups_pad x n_pad` scales, row-major.
     pub sc: Vec<f32>,
     /// `groups_pad x n_pad` values of `-scale * zero`, row-major.
@@ -159,7 +198,7 @@ impl Layout {
             (src.k, src.n, src.bits, src.group),
             (self.k, self.n, self.bits, self.group)
         );
-        let mut w = vec![0u32; self.words()];
+        let mut w = AlignedWords::zeroed(self.words());
         let src_rows = src.word_rows();
         let tw = self.tile_width();
         for panel in 0..self.panels() {
@@ -215,6 +254,20 @@ pub fn lcm(a: usize, b: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aligned_words_are_aligned_and_zeroed() {
+        for len in [0, 1, 15, 16, 17, 1000] {
+            let mut w = AlignedWords::zeroed(len);
+            assert_eq!(w.len(), len);
+            assert_eq!(w.as_ptr() as usize % 64, 0);
+            assert!(w.iter().all(|&v| v == 0));
+            if len > 0 {
+                w[len - 1] = 7;
+                assert_eq!(w[len - 1], 7);
+            }
+        }
+    }
 
     #[test]
     fn offsets_cover_every_word_once() {

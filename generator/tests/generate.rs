@@ -147,3 +147,24 @@ fn plan_json_and_explain() {
         "{text}"
     );
 }
+
+#[test]
+fn cli_generates_the_issue_matrix_of_targets_bits_and_groups() {
+    for target in ["neoverse-v1", "zen5", "haswell"] {
+        for bits in ["2", "3", "4"] {
+            for group in ["32", "128", "col"] {
+                let out = kgen_bin()
+                    .args(["--target", target, "--bits", bits, "--group", group])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{target} {bits} {group}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let text = String::from_utf8(out.stdout).unwrap();
+                syn::parse_file(&text).unwrap_or_else(|e| panic!("{target} {bits} {group}: {e}"));
+            }
+        }
+    }
+}
