@@ -15,9 +15,9 @@
 //! target files: nothing is timed, nothing is fetched. Files are rewritten only
 //! when their content changes.
 
-use crate::generate::{plans_for, Error, IsaChoice, Request};
+use crate::generate::{plans_for, Error, Request};
 use crate::isa::Isa;
-use crate::planner::{PlanOptions, TileSource};
+use crate::planner::TileSource;
 use crate::spec::{Group, Op};
 use crate::target::{self, Arch, TargetDesc};
 use proc_macro2::TokenStream;
@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 pub const ENV_SPECS: &str = "KGEN_SPECS";
 pub const ENV_TARGETS: &str = "KGEN_TARGETS";
 pub const ENV_GEMM_M: &str = "KGEN_GEMM_M";
+pub const ENV_PROFILE: &str = "KGEN_PROFILE";
 
 /// What to generate.
 #[derive(Clone, Debug)]
@@ -43,6 +44,8 @@ pub struct Config {
     pub runtime_path: String,
     /// File name inside the output directory.
     pub file_name: String,
+    /// A tuning profile file, or a directory of them (`KGEN_PROFILE`).
+    pub profile: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             gemm_m: 32,
             runtime_path: "::kgen_runtime".into(),
             file_name: "kgen_kernels.rs".into(),
+            profile: None,
         }
     }
 }
@@ -127,6 +131,9 @@ impl Config {
                     .collect(),
             );
         }
+        if let Ok(p) = std::env::var(ENV_PROFILE) {
+            c.profile = Some(PathBuf::from(p));
+        }
         if let Ok(m) = std::env::var(ENV_GEMM_M) {
             c.gemm_m = m
                 .parse()
@@ -147,6 +154,12 @@ impl Config {
         self
     }
 
+    /// Reads tuned tiles from a profile file or directory (see `kgen tune`).
+    pub fn profile(mut self, path: impl Into<PathBuf>) -> Self {
+        self.profile = Some(path.into());
+        self
+    }
+
     pub fn runtime_path(mut self, path: &str) -> Self {
         self.runtime_path = path.to_string();
         self
@@ -155,7 +168,7 @@ impl Config {
     /// Generates into `$OUT_DIR` for `$CARGO_CFG_TARGET_ARCH`, printing the
     /// `cargo:` lines a build script needs. Returns the top-level file.
     pub fn generate(&self) -> Result<PathBuf, Error> {
-        for var in [ENV_SPECS, ENV_TARGETS, ENV_GEMM_M] {
+        for var in [ENV_SPECS, ENV_TARGETS, ENV_GEMM_M, ENV_PROFILE] {
             println!("cargo:rerun-if-env-changed={var}");
         }
         let out = std::env::var("OUT_DIR").map_err(|_| {
@@ -175,6 +188,11 @@ impl Config {
         for f in &written.inputs {
             println!("cargo:rerun-if-changed={}", f.display());
         }
+        if self.profile.is_some() {
+            for w in &written.warnings {
+                println!("cargo:warning=kgen: {w}");
+            }
+        }
         Ok(written.top)
     }
 
@@ -193,6 +211,18 @@ impl Config {
         let mut includes = TokenStream::new();
         let mut pushes = TokenStream::new();
         let mut detectors = std::collections::BTreeMap::new();
+        let profiles: Vec<PathBuf> = match &self.profile {
+            Some(p) if p.is_dir() => crate::profile::files_in(p),
+            Some(p) => vec![p.clone()],
+            None => Vec::new(),
+        };
+        inputs.extend(profiles.iter().cloned());
+        // Profiles are keyed by the machine they were measured on: the build
+        // host, when it builds for its own architecture.
+        let host = (!profiles.is_empty())
+            .then(crate::native::detect)
+            .filter(|h| h.arch == arch);
+        let mut warnings = Vec::new();
         for name in &names {
             let t = target::load(name)?;
             if t.arch != arch {
@@ -207,17 +237,15 @@ impl Config {
             let module = format_ident!("{}", rust_ident(&t.name));
             let mut files = TokenStream::new();
             for &(bits, group) in &self.specs {
-                let req = Request {
-                    bits,
-                    group,
-                    ops: vec![Op::Gemv, Op::Gemm { m: self.gemm_m }],
-                    isas: IsaChoice::Best,
-                    options: PlanOptions {
-                        tile_source: Some(TileSource::Model),
-                        ..PlanOptions::default()
-                    },
-                };
+                let mut req =
+                    Request::new(bits, group, vec![Op::Gemv, Op::Gemm { m: self.gemm_m }]);
+                req.options.tile_source = Some(TileSource::Model);
+                req.profiles = profiles.clone();
+                req.profile_machine = host.clone();
                 let plans = plans_for(&t, &req)?;
+                for note in plans.iter().flat_map(|p| &p.notes) {
+                    warnings.push(note.clone());
+                }
                 let file_name = format!("q{bits}{}__{}.rs", group.tag(), t.name);
                 let command = format!(
                     "kgen --target {} --bits {bits} --group {group} --m {}",
@@ -269,9 +297,12 @@ impl Config {
         );
         let top_path = dir.join(&self.file_name);
         crate::emit::write_if_changed(&top_path, &text)?;
+        warnings.sort();
+        warnings.dedup();
         Ok(Generated {
             top: top_path,
             inputs,
+            warnings,
         })
     }
 }
@@ -282,6 +313,8 @@ pub struct Generated {
     pub top: PathBuf,
     /// Files the generation read (for `rerun-if-changed`).
     pub inputs: Vec<PathBuf>,
+    /// How tuning profiles were applied or why not.
+    pub warnings: Vec<String>,
 }
 
 fn rust_ident(name: &str) -> String {
@@ -296,7 +329,7 @@ fn rust_ident(name: &str) -> String {
     }
 }
 
-fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
+pub(crate) fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
     let features = isa.feature_names();
     match isa.arch {
         None => quote! { fn #name() -> bool { true } },
@@ -311,7 +344,7 @@ fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
     }
 }
 
-fn entry(
+pub(crate) fn entry(
     rt: &str,
     t: &TargetDesc,
     module: &syn::Ident,

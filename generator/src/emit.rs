@@ -141,6 +141,9 @@ fn header(target: &TargetDesc, plans: &[Plan], command: &str) -> String {
             TileSource::Fixed => "fixed by the caller".to_string(),
         };
         let _ = writeln!(h, "//   tile from: {src}");
+        for note in &p.notes {
+            let _ = writeln!(h, "//   note:     {note}");
+        }
     }
     h
 }

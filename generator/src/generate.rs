@@ -26,6 +26,28 @@ pub struct Request {
     pub ops: Vec<Op>,
     pub isas: IsaChoice,
     pub options: PlanOptions,
+    /// Tuning profile files to consult (empty: the model alone).
+    pub profiles: Vec<std::path::PathBuf>,
+    /// The machine profiles are keyed by (the target itself, or the build host).
+    pub profile_machine: Option<TargetDesc>,
+    /// Thread count the profile entry must have been measured with.
+    pub profile_threads: usize,
+}
+
+impl Request {
+    /// A request for the model's plans of `ops`, on the best ISA.
+    pub fn new(bits: u32, group: Group, ops: Vec<Op>) -> Request {
+        Request {
+            bits,
+            group,
+            ops,
+            isas: IsaChoice::Best,
+            options: PlanOptions::default(),
+            profiles: Vec::new(),
+            profile_machine: None,
+            profile_threads: 1,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -119,11 +141,24 @@ pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error>
         for op in ops {
             let spec = KernelSpec::new(op, req.bits, req.group)?;
             let mut options = req.options.clone();
+            let mut notes = Vec::new();
             if shared.is_some() {
                 options.layout = shared;
                 options.tile = None;
+                options.block = None;
+            } else if !req.profiles.is_empty() {
+                let machine = req.profile_machine.as_ref().unwrap_or(target);
+                notes = crate::tune::apply_profile(
+                    &req.profiles,
+                    machine,
+                    &isa,
+                    &spec,
+                    req.profile_threads,
+                    &mut options,
+                );
             }
-            let plan = planner::plan(&spec, &isa, target, &options)?;
+            let mut plan = planner::plan(&spec, &isa, target, &options)?;
+            plan.notes = notes;
             if op == Op::Gemv {
                 shared = Some((plan.tile.t_u, plan.block.m_b, plan.block.t_b));
             }

@@ -9,6 +9,7 @@
 //! are the only modules built without the `codegen` feature, for the runtime.
 
 pub mod format;
+pub mod ggml;
 pub mod layout;
 pub mod spec;
 
@@ -25,7 +26,11 @@ pub mod native;
 #[cfg(feature = "codegen")]
 pub mod planner;
 #[cfg(feature = "codegen")]
+pub mod profile;
+#[cfg(feature = "codegen")]
 pub mod target;
+#[cfg(feature = "codegen")]
+pub mod tune;
 
 /// The kgen version written into generated headers and profiles.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -34,6 +34,50 @@ enum Command {
     Plan(PlanArgs),
     /// List the known targets.
     Targets,
+    /// Time candidate micro tiles on this machine and store the winner in a profile.
+    Tune(TuneArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct TuneArgs {
+    /// Target to tune for; tuning measures the running CPU, so `native`.
+    #[arg(long, short, default_value = "native")]
+    target: String,
+    #[arg(long, short, default_value_t = 4)]
+    bits: u32,
+    #[arg(long, short, default_value = "32")]
+    group: String,
+    #[arg(long, value_enum, default_value = "gemv")]
+    op: OpArg,
+    /// Activation rows for `--op gemm`.
+    #[arg(long, default_value_t = 32)]
+    m: usize,
+    /// Shapes KxN to time, comma-separated.
+    #[arg(long, default_value = "4096x4096", value_delimiter = ',', value_parser = parse_shape)]
+    shapes: Vec<(usize, usize)>,
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Wall-clock budget in seconds, compilation included.
+    #[arg(long, default_value_t = 120.0)]
+    budget: f64,
+    /// Measure again even if the profile already has this key.
+    #[arg(long)]
+    force: bool,
+    /// Where profiles live.
+    #[arg(long, default_value = "profiles")]
+    profile_dir: PathBuf,
+    /// Most micro tiles to time (block variants of the model's pick come on top).
+    #[arg(long, default_value_t = 10)]
+    max_tiles: usize,
+    /// Print the model's pick against the measured best for every tuned spec, and exit.
+    #[arg(long)]
+    report: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum OpArg {
+    Gemv,
+    Gemm,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -59,6 +103,12 @@ struct SpecArgs {
     /// Force the block order.
     #[arg(long, value_enum)]
     order: Option<OrderArg>,
+    /// Tuning profile file or directory (default: `profiles/` if it exists).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Ignore tuning profiles: plan with the model alone.
+    #[arg(long)]
+    no_profile: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -143,22 +193,41 @@ fn isa_choice(s: &str) -> IsaChoice {
 
 fn request(spec: &SpecArgs, ops: Vec<Op>) -> Result<Request, Error> {
     let group = Group::parse(&spec.group)?;
-    Ok(Request {
-        bits: spec.bits,
-        group,
-        ops,
-        isas: isa_choice(&spec.isa),
-        options: PlanOptions {
-            shape: spec.shape,
-            tile: spec.tile,
-            tile_source: None,
-            order: spec.order.map(|o| match o {
-                OrderArg::Panel => BlockOrder::Panel,
-                OrderArg::Zcurve => BlockOrder::ZCurve,
-            }),
-            layout: None,
-        },
-    })
+    let mut req = Request::new(spec.bits, group, ops);
+    req.isas = isa_choice(&spec.isa);
+    req.options = PlanOptions {
+        shape: spec.shape,
+        tile: spec.tile,
+        order: spec.order.map(|o| match o {
+            OrderArg::Panel => BlockOrder::Panel,
+            OrderArg::Zcurve => BlockOrder::ZCurve,
+        }),
+        ..PlanOptions::default()
+    };
+    // A forced tile wins over profiles.
+    if spec.tile.is_none() && !spec.no_profile {
+        let dir = spec
+            .profile
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("profiles"));
+        req.profiles = if dir.is_dir() {
+            kgen::profile::files_in(&dir)
+        } else if dir.is_file() {
+            vec![dir]
+        } else {
+            Vec::new()
+        };
+    }
+    Ok(req)
+}
+
+fn print_notes(plans: &[Plan]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for n in plans.iter().flat_map(|p| &p.notes) {
+        if seen.insert(n.clone()) {
+            eprintln!("kgen: {n}");
+        }
+    }
 }
 
 fn command_line() -> String {
@@ -174,7 +243,9 @@ fn gen(args: &GenArgs) -> Result<(), Error> {
         OpsArg::Both => vec![Op::Gemv, Op::Gemm { m: args.m }],
     };
     let req = request(&args.spec, ops)?;
-    let out = kgen::generate(&target, &req, &command_line())?;
+    let plans = kgen::plans_for(&target, &req)?;
+    print_notes(&plans);
+    let out = kgen::emit::emit_file(&target, &plans, &command_line())?;
     match &args.output {
         Some(path) => {
             let changed = kgen::emit::write_if_changed(path, &out.text)?;
@@ -268,6 +339,7 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
     };
     let req = request(&args.spec, vec![op])?;
     let plans = kgen::plans_for(&target, &req)?;
+    print_notes(&plans);
     if args.json {
         let json = serde_json::to_string_pretty(&plans).map_err(|e| Error::Usage(e.to_string()))?;
         println!("{json}");
@@ -293,6 +365,78 @@ fn targets() -> Result<(), Error> {
     Ok(())
 }
 
+fn tune(args: &TuneArgs) -> Result<(), Error> {
+    if args.report {
+        print!("{}", kgen::tune::report(&args.profile_dir)?);
+        return Ok(());
+    }
+    let target = target::load(&args.target)?;
+    if args.target != "native" {
+        eprintln!(
+            "kgen tune: warning: timing runs on this machine, keyed as `{}`; tune with --target native",
+            target.description
+        );
+    }
+    let group = Group::parse(&args.group)?;
+    let op = kgen::tune::op_of(matches!(args.op, OpArg::Gemm), args.m);
+    let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
+    let req = kgen::tune::TuneRequest {
+        spec,
+        shapes: args.shapes.clone(),
+        threads: args.threads.max(1),
+        budget: std::time::Duration::from_secs_f64(args.budget.max(1.0)),
+        force: args.force,
+        profile_dir: args.profile_dir.clone(),
+        max_tiles: args.max_tiles.max(1),
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+    };
+    let t0 = std::time::Instant::now();
+    let out = kgen::tune::tune(&target, &req)?;
+    let e = &out.entry;
+    if out.cache_hit {
+        println!(
+            "cache hit: {} already holds {} (use --force to measure again)",
+            out.path.display(),
+            spec
+        );
+    } else {
+        println!(
+            "tuned {} in {:.1} s ({} candidates passed the reference check, {} failed); wrote {}",
+            spec,
+            t0.elapsed().as_secs_f64(),
+            e.measured.len(),
+            e.failed.len(),
+            out.path.display()
+        );
+    }
+    for (i, m) in e.measured.iter().take(5).enumerate() {
+        println!(
+            "  {}. m_u={} t_u={} m_r={} m_b={} t_b={}  {:.1} GB/s  {:.1} GFLOPS  (model rank {})",
+            i + 1,
+            m.m_u,
+            m.t_u,
+            m.m_r,
+            m.m_b,
+            m.t_b,
+            m.gbs,
+            m.gflops,
+            m.model_rank
+        );
+    }
+    if let Some((pick, rank, ratio)) = e.model_pick() {
+        println!(
+            "  model's pick m_u={} t_u={} m_r={}: empirical rank {} of {}, {:.3}x the best time",
+            pick.m_u,
+            pick.t_u,
+            pick.m_r,
+            rank,
+            e.measured.len(),
+            ratio
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -300,6 +444,7 @@ fn main() -> ExitCode {
         Some(Command::Gen(a)) => gen(a),
         Some(Command::Plan(a)) => plan(a),
         Some(Command::Targets) => targets(),
+        Some(Command::Tune(a)) => tune(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -223,7 +223,10 @@ pub fn predict(
 
     let fma_units = core.fma_units.max(1) as f64;
     let all_units = fma_units + core.vector_alu_units as f64;
+    // Every value is converted once per column vector, on the convert pipes.
+    let converts = t_u * values / core.convert_units.max(1) as f64;
     let issue = ((fma_ops + fold_fma) / fma_units)
+        .max(converts)
         .max((fma_ops + fold_fma + alu_ops) / all_units)
         .max((loads + fold_loads) / core.load_units.max(1) as f64);
     // Each accumulator receives values / m_u dependent FMAs per unit.

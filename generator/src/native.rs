@@ -64,6 +64,7 @@ pub fn detect() -> TargetDesc {
             fma_units: 2,
             dot_units: 2,
             vector_alu_units: if arch == Arch::X86_64 { 3 } else { 2 },
+            convert_units: convert_units(),
             load_units: 2,
         },
         // A conservative two-channel desktop figure, used only by the model.
@@ -402,6 +403,28 @@ fn cache_from(caches: &[SysCache], threads_per_core: usize, arch: Arch) -> Cache
         .max(l2);
 
     Cache { l1d, l2, l3, line }
+}
+
+/// Vector int-to-float converts per cycle: Zen 2 and Zen 3 (AMD family 0x17
+/// and 0x19 below model 0x10) issue them on one pipe; other current cores on two.
+fn convert_units() -> u32 {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split(':').nth(1))
+            .map(|v| v.trim().to_string())
+    };
+    let amd = field("vendor_id").is_some_and(|v| v == "AuthenticAMD");
+    let family: u32 = field("cpu family")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let model: u32 = field("model").and_then(|v| v.parse().ok()).unwrap_or(0);
+    if amd && (family == 0x17 || (family == 0x19 && model < 0x10)) {
+        1
+    } else {
+        2
+    }
 }
 
 #[cfg(test)]

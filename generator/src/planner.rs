@@ -7,8 +7,10 @@
 //!    under the L1 size with an integer program (good_lp + microlp). The
 //!    product `m_b * t_b` makes eq. 5 bilinear, so `t_b` is fixed per solve
 //!    (one solve per panel width) and `m_b` is the integer variable; each
-//!    solution is rounded and re-checked in integers, and ties go to the
-//!    larger `m_b`, then the narrower panel, so the choice is deterministic.
+//!    solution is rounded and re-checked in integers. Among the solutions
+//!    within 3% of the fullest L1 use, the block with the least x/y traffic
+//!    per weight byte wins (then fuller, then larger `m_b`), so the choice is
+//!    deterministic.
 //!
 //! The model and this search are kept apart: a tuning profile replaces step 1
 //! with measured ranks without touching step 2.
@@ -81,6 +83,8 @@ pub struct Plan {
     pub shape: (usize, usize),
     /// Every feasible tile, best first.
     pub candidates: Vec<Candidate>,
+    /// How tuning profiles were (not) applied, for headers and messages.
+    pub notes: Vec<String>,
 }
 
 impl Plan {
@@ -137,6 +141,10 @@ pub struct PlanOptions {
     /// Reuse another plan's packed layout `(t_u, m_b, t_b)`: the GEMM kernel
     /// of a matrix then reads the same packed weights as its GEMV kernel.
     pub layout: Option<(usize, usize, usize)>,
+    /// With `tile`: use these L1 blocks `(m_b, t_b)` instead of solving eq. 5
+    /// (a tuning profile's measured choice). They must keep eq. 5 and the
+    /// divisibility conditions.
+    pub block: Option<(usize, usize)>,
 }
 
 /// Most activation rows a GEMM micro kernel keeps in registers.
@@ -204,7 +212,7 @@ pub fn solve_l1(
     let tw = isa.lanes * tile.t_u;
     let max_m_b = round_up(shape.0.max(1), granule);
     let max_tiles = round_up(shape.1.max(1), tw) / tw;
-    let mut best: Option<L1Block> = None;
+    let mut solved: Vec<L1Block> = Vec::new();
     for tiles in 1..=max_tiles.min(MAX_PANEL_TILES) {
         let t_b = tiles * tw;
         let Some(a) = solve_m_b_units(spec.bits, tile.m_r, granule, t_b, gamma, max_m_b / granule)
@@ -213,24 +221,33 @@ pub fn solve_l1(
         };
         let m_b = a * granule;
         let lhs = model::eq5_lhs(spec.bits, tile.m_r, m_b, t_b);
-        let cand = L1Block {
+        solved.push(L1Block {
             m_b,
             t_b,
             lhs_bits: lhs,
             gamma_bits: gamma,
             utilization: lhs as f64 / gamma as f64,
-        };
-        let better = match &best {
-            None => true,
-            Some(b) => {
-                (lhs, m_b, std::cmp::Reverse(t_b)) > (b.lhs_bits, b.m_b, std::cmp::Reverse(b.t_b))
-            }
-        };
-        if better {
-            best = Some(cand);
-        }
+        });
     }
-    best
+    // Eq. 5 has many near-optimal (m_b, t_b); among those within 3% of the
+    // fullest, take the block that moves the least activation and output
+    // traffic per weight byte: x (4 m_r m_b bytes) is reused across the
+    // panel's tiles and y (8 m_r t_b bytes, load + store) across the block's
+    // K, so balanced blocks win over one-tile panels or one-group blocks.
+    let max_lhs = solved.iter().map(|b| b.lhs_bits).max()?;
+    let traffic = |b: &L1Block| {
+        let (m_r, m_b, t_b) = (tile.m_r as f64, b.m_b as f64, b.t_b as f64);
+        (4.0 * m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * spec.bits as f64 / 8.0)
+    };
+    solved
+        .into_iter()
+        .filter(|b| b.lhs_bits as f64 >= 0.97 * max_lhs as f64)
+        .min_by(|a, b| {
+            traffic(a)
+                .total_cmp(&traffic(b))
+                .then(b.lhs_bits.cmp(&a.lhs_bits))
+                .then(b.m_b.cmp(&a.m_b))
+        })
 }
 
 /// The integer program for one panel width: maximise eq. 5's left-hand side
@@ -266,6 +283,38 @@ fn solve_m_b_units(
         a += 1;
     }
     Some(a)
+}
+
+/// Checks caller-given blocks against eq. 5 and the divisibility conditions.
+fn fixed_block(
+    spec: &KernelSpec,
+    isa: &Isa,
+    target: &TargetDesc,
+    tile: MicroTile,
+    (m_b, t_b): (usize, usize),
+) -> Result<L1Block, PlanError> {
+    let granule = Layout::k_granule(spec.bits, spec.group);
+    let tw = isa.lanes * tile.t_u;
+    if m_b == 0 || t_b == 0 || !m_b.is_multiple_of(granule) || !t_b.is_multiple_of(tw) {
+        return Err(PlanError(format!(
+            "blocks m_b={m_b} t_b={t_b}: m_b must be a multiple of {granule} and t_b of {tw}"
+        )));
+    }
+    let lhs = model::eq5_lhs(spec.bits, tile.m_r, m_b, t_b);
+    let gamma = target.cache.l1d * 8;
+    if lhs > gamma {
+        return Err(PlanError(format!(
+            "blocks m_b={m_b} t_b={t_b} need {lhs} L1 bits, {} has {gamma}",
+            target.name
+        )));
+    }
+    Ok(L1Block {
+        m_b,
+        t_b,
+        lhs_bits: lhs,
+        gamma_bits: gamma,
+        utilization: lhs as f64 / gamma as f64,
+    })
 }
 
 /// Predicted-time slack within which a tile that fills L1 better is preferred.
@@ -347,6 +396,7 @@ pub fn plan(
             source: opts.tile_source.clone().unwrap_or(TileSource::Model),
             shape,
             candidates,
+            notes: Vec::new(),
         });
     }
     let (chosen, block, source) = match opts.tile {
@@ -368,11 +418,14 @@ pub fn plan(
                     spec.op.rows()
                 )));
             }
-            let block = solve_l1(spec, isa, target, tile, shape).ok_or_else(|| {
-                PlanError(format!(
-                    "tile {tile:?} leaves no L1 block that satisfies eq. 5"
-                ))
-            })?;
+            let block = match opts.block {
+                Some(b) => fixed_block(spec, isa, target, tile, b)?,
+                None => solve_l1(spec, isa, target, tile, shape).ok_or_else(|| {
+                    PlanError(format!(
+                        "tile {tile:?} leaves no L1 block that satisfies eq. 5"
+                    ))
+                })?,
+            };
             let prediction = model::predict(spec, isa, target, tile, shape.0, shape.1);
             let source = opts.tile_source.clone().unwrap_or(TileSource::Fixed);
             (
@@ -416,5 +469,6 @@ pub fn plan(
         source,
         shape,
         candidates,
+        notes: Vec::new(),
     })
 }

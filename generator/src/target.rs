@@ -84,6 +84,10 @@ pub struct Core {
     pub dot_units: u32,
     /// Vector ALU pipes per core (shifts, logic, converts).
     pub vector_alu_units: u32,
+    /// Vector int-to-float converts per cycle per core (the f32 path's
+    /// up-convert); 2 when a file leaves it out.
+    #[serde(default = "two")]
+    pub convert_units: u32,
     /// Loads per cycle per core.
     pub load_units: u32,
 }
@@ -540,6 +544,7 @@ impl TargetDesc {
             ("core.fma_units", c.fma_units),
             ("core.dot_units", c.dot_units),
             ("core.vector_alu_units", c.vector_alu_units),
+            ("core.convert_units", c.convert_units),
             ("core.load_units", c.load_units),
         ] {
             if v == 0 {
@@ -942,6 +947,10 @@ pub fn load_all() -> Result<Vec<TargetDesc>, TargetError> {
     Ok(all)
 }
 
+fn two() -> u32 {
+    2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -967,6 +976,7 @@ mod tests {
                 fma_units: 2,
                 dot_units: 2,
                 vector_alu_units: 3,
+                convert_units: 2,
                 load_units: 2,
             },
             memory: Memory {

@@ -1,18 +1,13 @@
 //! Whole-file generation: the CLI's job, byte-for-byte deterministic.
 
-use kgen::planner::PlanOptions;
 use kgen::spec::{Group, Op};
 use kgen::{target, IsaChoice, Request};
 use std::process::Command;
 
 fn request(bits: u32, group: Group) -> Request {
-    Request {
-        bits,
-        group,
-        ops: vec![Op::Gemv, Op::Gemm { m: 32 }],
-        isas: IsaChoice::All,
-        options: PlanOptions::default(),
-    }
+    let mut r = Request::new(bits, group, vec![Op::Gemv, Op::Gemm { m: 32 }]);
+    r.isas = IsaChoice::All;
+    r
 }
 
 #[test]

@@ -14,6 +14,7 @@
 
 mod dispatch;
 mod error;
+pub mod gguf;
 pub mod gptq_file;
 mod kernel;
 mod matrix;

@@ -74,6 +74,18 @@ impl QuantMatrix {
         perm: Option<Vec<u32>>,
         isa: Option<&str>,
     ) -> Result<QuantMatrix, Error> {
+        let (gemv, gemm) = registry.select_isa(m.bits, m.group, isa)?;
+        Self::from_gptq_kernels(m, perm, gemv, gemm)
+    }
+
+    /// Packs for an explicitly chosen pair of kernels (they must share a
+    /// layout and run on this CPU): what `kgen tune` times candidates with.
+    pub fn from_gptq_kernels(
+        m: &GptqMatrix,
+        perm: Option<Vec<u32>>,
+        gemv: KernelEntry,
+        gemm: KernelEntry,
+    ) -> Result<QuantMatrix, Error> {
         m.validate()?;
         if let Some(p) = &perm {
             let mut seen = vec![false; m.k];
@@ -88,7 +100,27 @@ impl QuantMatrix {
                 )));
             }
         }
-        let (gemv, gemm) = registry.select_isa(m.bits, m.group, isa)?;
+        let group = m.group.size().unwrap_or(0);
+        for e in [&gemv, &gemm] {
+            if (e.bits, e.group) != (m.bits, group) {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} is for {}-bit group {}, the matrix is {}-bit group {}",
+                    e.name, e.bits, e.group, m.bits, m.group
+                )));
+            }
+            if !(e.detect)() {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} needs {:?}, which this CPU lacks",
+                    e.name, e.features
+                )));
+            }
+        }
+        if !gemv.same_layout(&gemm) {
+            return Err(Error::NoKernel(format!(
+                "kernels {} and {} read different layouts",
+                gemv.name, gemm.name
+            )));
+        }
         let tiling = Tiling {
             lanes: gemv.lanes,
             t_u: gemv.t_u,

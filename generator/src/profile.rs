@@ -1,0 +1,393 @@
+//! Tuning profiles: what `kgen tune` measured on a machine, and how the
+//! planner finds a profile that applies.
+//!
+//! A profile file (`profiles/<machine>.toml`) holds entries, each keyed by
+//! everything that makes a measurement valid elsewhere: CPU model, arch, ISA
+//! set, vector length, format, op, rows, threads and kgen version. Lookup
+//! returns an exact match, else a *family* match (same arch, ISA set and
+//! vector length, other CPU model), else nothing; every skipped entry that
+//! nearly matched is reported with the field that differs, so a stale
+//! profile never applies silently.
+
+use crate::model::MicroTile;
+use crate::spec::{Group, Op};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Everything a measurement depends on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileKey {
+    pub cpu_model: String,
+    pub arch: String,
+    /// The CPU's ISA features, sorted.
+    pub isa_set: Vec<String>,
+    pub vector_bits: u32,
+    /// The kernel family's ISA that was tuned (`avx2`, ...).
+    pub isa: String,
+    pub bits: u32,
+    /// Group size, or `column`.
+    pub group: String,
+    /// `gemv` or `gemm`.
+    pub op: String,
+    /// Activation rows (1 for gemv).
+    pub m: usize,
+    pub threads: usize,
+    pub kgen_version: String,
+}
+
+impl ProfileKey {
+    pub fn group_of(g: Group) -> String {
+        g.to_string()
+    }
+
+    pub fn op_of(op: Op) -> (String, usize) {
+        (op.name().to_string(), op.rows())
+    }
+
+    /// Whether a measurement under `self` says something about `other`'s
+    /// spec at all (same ISA, format, op, rows, threads).
+    fn same_problem(&self, other: &ProfileKey) -> bool {
+        (
+            &self.isa,
+            self.bits,
+            &self.group,
+            &self.op,
+            self.m,
+            self.threads,
+        ) == (
+            &other.isa,
+            other.bits,
+            &other.group,
+            &other.op,
+            other.m,
+            other.threads,
+        )
+    }
+
+    /// Same kind of machine: arch, ISA set and vector length.
+    fn same_family(&self, other: &ProfileKey) -> bool {
+        (&self.arch, &self.isa_set, self.vector_bits)
+            == (&other.arch, &other.isa_set, other.vector_bits)
+    }
+
+    /// The first field that differs, for warnings.
+    fn mismatch(&self, other: &ProfileKey) -> Option<String> {
+        let fields = [
+            (
+                "kgen_version",
+                self.kgen_version.clone(),
+                other.kgen_version.clone(),
+            ),
+            ("cpu_model", self.cpu_model.clone(), other.cpu_model.clone()),
+            ("arch", self.arch.clone(), other.arch.clone()),
+            ("isa_set", self.isa_set.join(","), other.isa_set.join(",")),
+            (
+                "vector_bits",
+                self.vector_bits.to_string(),
+                other.vector_bits.to_string(),
+            ),
+        ];
+        fields
+            .into_iter()
+            .find(|(_, a, b)| a != b)
+            .map(|(k, a, b)| format!("{k} is `{a}` in the profile, `{b}` here"))
+    }
+}
+
+/// One measured candidate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measured {
+    pub m_u: usize,
+    pub t_u: usize,
+    pub m_r: usize,
+    pub m_b: usize,
+    pub t_b: usize,
+    /// Median seconds per call over the tuning shapes (summed).
+    pub median_s: f64,
+    /// GB/s of weights at that median.
+    pub gbs: f64,
+    pub gflops: f64,
+    /// Rank the performance model gave this tile (1 = the model's pick).
+    pub model_rank: usize,
+    /// The model's predicted GB/s for this tile on one core.
+    pub model_gbs: f64,
+    /// Whether this is exactly the plan the model picks (tile and blocks).
+    #[serde(default)]
+    pub model_pick: bool,
+}
+
+impl Measured {
+    pub fn tile(&self) -> MicroTile {
+        MicroTile {
+            m_u: self.m_u,
+            t_u: self.t_u,
+            m_r: self.m_r,
+        }
+    }
+}
+
+/// One tuned spec on one machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileEntry {
+    pub key: ProfileKey,
+    /// Shapes measured, `KxN`.
+    pub shapes: Vec<String>,
+    /// Every candidate that passed the reference check, fastest first.
+    pub measured: Vec<Measured>,
+    /// Candidates that failed the reference check (a generator bug if any).
+    #[serde(default)]
+    pub failed: Vec<String>,
+}
+
+impl ProfileEntry {
+    pub fn winner(&self) -> Option<&Measured> {
+        self.measured.first()
+    }
+
+    /// The model's pick among the measured, its empirical rank (1-based) and
+    /// its time relative to the best.
+    pub fn model_pick(&self) -> Option<(&Measured, usize, f64)> {
+        let best = self.winner()?;
+        let (i, m) = self
+            .measured
+            .iter()
+            .enumerate()
+            .find(|(_, m)| m.model_pick)
+            .or_else(|| {
+                self.measured
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, m)| m.model_rank)
+            })?;
+        Some((m, i + 1, m.median_s / best.median_s))
+    }
+}
+
+/// A profile file: the entries of one machine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    #[serde(default, rename = "entry")]
+    pub entries: Vec<ProfileEntry>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileError(pub String);
+
+impl std::fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+impl Profile {
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ProfileError(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| ProfileError(format!("{}: {e}", path.display())))
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("profiles serialise")
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
+        let text = format!(
+            "# kgen tuning profile: measured by `kgen tune`, read by `kgen` and kgen::build.\n{}",
+            self.to_toml()
+        );
+        crate::emit::write_if_changed(path, &text)
+            .map(|_| ())
+            .map_err(|e| ProfileError(format!("{}: {e}", path.display())))
+    }
+
+    /// Replaces the entry with the same key, or adds it.
+    pub fn upsert(&mut self, entry: ProfileEntry) {
+        match self.entries.iter_mut().find(|e| e.key == entry.key) {
+            Some(e) => *e = entry,
+            None => self.entries.push(entry),
+        }
+    }
+}
+
+/// How a lookup went.
+#[derive(Clone, Debug)]
+pub struct Lookup {
+    pub found: Option<Found>,
+    /// Entries for the same problem that were skipped, and why.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Found {
+    pub entry: ProfileEntry,
+    pub path: PathBuf,
+    /// `None` for an exact match; otherwise why it is only a family match.
+    pub family: Option<String>,
+}
+
+/// Profile files in `dir` (`*.toml`, sorted by name).
+pub fn files_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Finds the entry for `key` among `files`: exact, else family, else none.
+pub fn lookup(files: &[PathBuf], key: &ProfileKey) -> Lookup {
+    let mut warnings = Vec::new();
+    let mut family: Option<Found> = None;
+    for path in files {
+        let profile = match Profile::load(path) {
+            Ok(p) => p,
+            Err(e) => {
+                warnings.push(format!("ignoring unreadable profile {e}"));
+                continue;
+            }
+        };
+        for entry in profile.entries.iter().filter(|e| e.key.same_problem(key)) {
+            match entry.key.mismatch(key) {
+                None => {
+                    return Lookup {
+                        found: Some(Found {
+                            entry: entry.clone(),
+                            path: path.clone(),
+                            family: None,
+                        }),
+                        warnings,
+                    }
+                }
+                Some(why) => {
+                    let usable_family =
+                        entry.key.kgen_version == key.kgen_version && entry.key.same_family(key);
+                    if usable_family && family.is_none() {
+                        family = Some(Found {
+                            entry: entry.clone(),
+                            path: path.clone(),
+                            family: Some(format!("family match (same ISA set): {why}")),
+                        });
+                    } else if !usable_family {
+                        warnings.push(format!("ignoring profile {}: {why}", path.display()));
+                    }
+                }
+            }
+        }
+    }
+    Lookup {
+        found: family,
+        warnings,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> ProfileKey {
+        ProfileKey {
+            cpu_model: "Test CPU 9000".into(),
+            arch: "x86_64".into(),
+            isa_set: vec!["avx".into(), "avx2".into(), "fma".into()],
+            vector_bits: 256,
+            isa: "avx2".into(),
+            bits: 4,
+            group: "32".into(),
+            op: "gemv".into(),
+            m: 1,
+            threads: 1,
+            kgen_version: crate::VERSION.into(),
+        }
+    }
+
+    fn entry(k: ProfileKey) -> ProfileEntry {
+        let m = |t_u, s| Measured {
+            m_u: 2,
+            t_u,
+            m_r: 1,
+            m_b: 256,
+            t_b: 64,
+            median_s: s,
+            gbs: 1.0 / s,
+            gflops: 4.0 / s,
+            model_rank: t_u,
+            model_gbs: 10.0,
+            model_pick: t_u == 1,
+        };
+        ProfileEntry {
+            key: k,
+            shapes: vec!["64x64".into()],
+            measured: vec![m(3, 1.0), m(1, 1.5)],
+            failed: vec![],
+        }
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let mut p = Profile::default();
+        p.upsert(entry(key()));
+        let back: Profile = toml::from_str(&p.to_toml()).unwrap();
+        assert_eq!(back, p);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        p.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap(), p);
+        // Upsert replaces the same key.
+        p.upsert(entry(key()));
+        assert_eq!(p.entries.len(), 1);
+    }
+
+    #[test]
+    fn model_pick_rank_and_ratio() {
+        let e = entry(key());
+        let (m, rank, ratio) = e.model_pick().unwrap();
+        assert_eq!((m.t_u, rank), (1, 2));
+        assert!((ratio - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn lookup_exact_family_and_mismatches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.toml");
+        let mut p = Profile::default();
+        p.upsert(entry(key()));
+        p.save(&path).unwrap();
+        let files = files_in(dir.path());
+
+        let exact = lookup(&files, &key());
+        assert!(exact.found.as_ref().unwrap().family.is_none());
+
+        let mut other_cpu = key();
+        other_cpu.cpu_model = "Other CPU".into();
+        let fam = lookup(&files, &other_cpu);
+        let why = fam.found.unwrap().family.unwrap();
+        assert!(why.contains("cpu_model"), "{why}");
+
+        let mut newer = key();
+        newer.kgen_version = "9.9.9".into();
+        let l = lookup(&files, &newer);
+        assert!(l.found.is_none());
+        assert!(l.warnings[0].contains("kgen_version"), "{:?}", l.warnings);
+
+        let mut other_isa_set = other_cpu.clone();
+        other_isa_set.isa_set.push("avx512f".into());
+        let l = lookup(&files, &other_isa_set);
+        assert!(l.found.is_none());
+        assert!(l.warnings[0].contains("cpu_model"), "{:?}", l.warnings);
+
+        let mut other_problem = key();
+        other_problem.bits = 3;
+        let l = lookup(&files, &other_problem);
+        assert!(l.found.is_none() && l.warnings.is_empty());
+    }
+}

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Writes GGUF files with llama.cpp's gguf-py for runtime/tests/gguf.rs.
+
+Usage: write_gguf.py --out DIR
+
+DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
+hold F32 / F16 / Q4_0 / Q8_0 matrices quantized by gguf.quants.quantize, plus
+metadata of every value type (strings, string arrays, nested arrays) and
+tensors kgen must refuse (Q4_1, Q6_K, 1-D, 3-D). DIR/small.gguf is a tiny file
+for exhaustive truncation tests.
+
+For every matrix tensor NAME (numpy shape (N, K), i.e. GGUF dims [K, N]):
+  NAME.orig  the f32 weights before quantization, N x K, little-endian
+  NAME.q     gguf-py's encoded bytes (quantize(orig, type))
+  NAME.deq   gguf-py's dequantize(q, type), f32 N x K
+  NAME.x     an activation vector, f32 K
+  NAME.y     numpy's float32 x @ deq.T, f32 N (only for finite weights)
+DIR/manifest.txt lists "file name type K N matmul|nomatmul", one per line.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFValueType as V
+
+rng = np.random.default_rng(20240611)
+manifest = []
+
+
+def le_f32(a):
+    return np.ascontiguousarray(a, dtype="<f4").tobytes()
+
+
+def random_weights(n, k):
+    # Row scales spread over several orders of magnitude, plus outliers.
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    w *= (10.0 ** rng.uniform(-3, 1, size=(n, 1))).astype(np.float32)
+    mask = rng.random((n, k)) < 0.02
+    w[mask] *= np.float32(20.0)
+    return np.ascontiguousarray(w, dtype=np.float32)
+
+
+def edge_weights(k):
+    """Rows of awkward blocks: zeros, ties, rounding boundaries, subnormal and
+    tiny scales, f16-subnormal scales, huge values, -0.0."""
+    rows = []
+    nb = k // 32
+
+    def row(blocks):
+        r = np.concatenate([np.asarray(b, dtype=np.float32) for b in blocks])
+        assert r.shape == (k,)
+        rows.append(r)
+
+    z = np.zeros(32, np.float32)
+    rnd = lambda s=1.0: (rng.standard_normal(32) * s).astype(np.float32)
+    row([z] * nb)
+    # Ties of +max and -max (first wins), in both orders.
+    t1 = rnd(0.1); t1[3] = 1.0; t1[9] = -1.0
+    t2 = rnd(0.1); t2[3] = -1.0; t2[9] = 1.0
+    row([t1, t2] + [rnd() for _ in range(nb - 2)])
+    # Exact rounding boundaries: Q4_0 with d = 1 and Q8_0 with d = 1.
+    b4 = np.array([-8.0] + [x + 0.5 for x in range(-8, 7)] + [x - 0.5 for x in range(-7, 9)], np.float32)
+    b8 = np.array([127.0] + [x + 0.5 for x in range(-15, 16)], np.float32)
+    row([b4, b8] + [rnd() for _ in range(nb - 2)])
+    # Subnormal and tiny inputs (1/d loses precision or overflows).
+    row([rnd(1e-40), rnd(1e-44), rnd(1e-38), rnd(3e-39)] + [rnd(1e-39) for _ in range(nb - 4)])
+    # Scales in the f16 subnormal range and just above the f16 maximum / 8.
+    row([rnd(1e-6), rnd(3e-7), rnd(1e-5)] + [rnd(2e-7) for _ in range(nb - 3)])
+    # -0.0 blocks and a lone value per block.
+    nz = np.full(32, -0.0, np.float32)
+    lone = np.zeros(32, np.float32); lone[31] = -3.0
+    row([nz, lone] + [rnd() for _ in range(nb - 2)])
+    # Scales near f16 rounding ties.
+    row([(rnd() / np.abs(rnd()).max() * np.float32(v)).astype(np.float32)
+         for v in np.linspace(1.0, 2.0, nb)])
+    return np.stack(rows).astype(np.float32)
+
+
+def special_weights(k):
+    """Non-finite inputs: inf, NaN, and huge values whose scale overflows f16."""
+    nb = k // 32
+    rows = []
+    for special in (np.inf, -np.inf, np.nan, 3e38, 1e6):
+        r = (rng.standard_normal(k)).astype(np.float32)
+        for b in range(nb):
+            r[b * 32 + (b * 7) % 32] = special
+        rows.append(r)
+    return np.stack(rows).astype(np.float32)
+
+
+def add(writer, out, fname, name, w, qtype, matmul=True):
+    """Quantizes w (N, K) with gguf-py, adds it to the writer, dumps the files."""
+    n, k = w.shape
+    with np.errstate(all="ignore"):
+        q = gguf.quants.quantize(w, qtype)
+        deq = gguf.quants.dequantize(q, qtype).astype(np.float32)
+    assert deq.shape == (n, k), (deq.shape, n, k)
+    if qtype in (T.F32, T.F16):
+        writer.add_tensor(name, q)
+    else:
+        writer.add_tensor(name, q, raw_dtype=qtype)
+    x = rng.standard_normal(k).astype(np.float32)
+    base = os.path.join(out, name)
+    with open(base + ".orig", "wb") as f:
+        f.write(le_f32(w))
+    with open(base + ".q", "wb") as f:
+        f.write(np.ascontiguousarray(q).view(np.uint8).tobytes())
+    with open(base + ".deq", "wb") as f:
+        f.write(le_f32(deq))
+    with open(base + ".x", "wb") as f:
+        f.write(le_f32(x))
+    if matmul:
+        y = (x @ deq.T).astype(np.float32)
+        with open(base + ".y", "wb") as f:
+            f.write(le_f32(y))
+    manifest.append(f"{fname} {name} {qtype.name} {k} {n} {'matmul' if matmul else 'nomatmul'}")
+
+
+def metadata(writer):
+    writer.add_name("kgen test model")
+    writer.add_uint32("test.u32", 123456)
+    writer.add_int32("test.i32", -7)
+    writer.add_uint8("test.u8", 200)
+    writer.add_int8("test.i8", -100)
+    writer.add_uint16("test.u16", 65000)
+    writer.add_int16("test.i16", -30000)
+    writer.add_uint64("test.u64", 2**40 + 5)
+    writer.add_int64("test.i64", -(2**40))
+    writer.add_float32("test.f32", 0.25)
+    writer.add_float64("test.f64", -1.5)
+    writer.add_bool("test.bool", True)
+    writer.add_string("test.unicode", "żółw 🐢")
+    writer.add_array("test.strings", ["a", "", "bc", "ünï", "x" * 300])
+    writer.add_array("test.ints", [1, -2, 3])
+    writer.add_array("test.floats", [0.5, 1.5])
+    writer.add_array("test.nested", [[1, 2], [3], ["s", "t"]])
+    writer.add_key_value("test.u8s", [1, 2, 255], V.ARRAY, sub_type=V.UINT8)
+    writer.add_key_value("test.bools", [True, False, True], V.ARRAY, sub_type=V.BOOL)
+    writer.add_key_value("test.u64s", [1, 2**63], V.ARRAY, sub_type=V.UINT64)
+    writer.add_key_value("test.f64s", [1.25, -2.0], V.ARRAY, sub_type=V.FLOAT64)
+
+
+def model(out):
+    fname = "model.gguf"
+    w = gguf.GGUFWriter(os.path.join(out, fname), "kgentest")
+    metadata(w)
+    for k in (32, 64, 256):
+        for n in (1, 3, 40):
+            wt = random_weights(n, k)
+            add(w, out, fname, f"blk.k{k}.n{n}.q4_0", wt, T.Q4_0)
+            add(w, out, fname, f"blk.k{k}.n{n}.q8_0", wt, T.Q8_0)
+    add(w, out, fname, "f32.k64.n3", random_weights(3, 64), T.F32)
+    add(w, out, fname, "f32.k7.n5", random_weights(5, 7), T.F32)
+    add(w, out, fname, "f16.k64.n40", random_weights(40, 64), T.F16)
+    add(w, out, fname, "f16.k9.n2", random_weights(2, 9) * np.float32(1e-3), T.F16)
+    e = edge_weights(256)
+    add(w, out, fname, "edge.q4_0", e, T.Q4_0)
+    add(w, out, fname, "edge.q8_0", e, T.Q8_0)
+    add(w, out, fname, "edge.f16", e, T.F16)
+    s = special_weights(64)
+    add(w, out, fname, "special.q4_0", s, T.Q4_0, matmul=False)
+    add(w, out, fname, "special.q8_0", s, T.Q8_0, matmul=False)
+    # Tensors kgen must refuse.
+    w.add_tensor("unsupported.q4_1", gguf.quants.quantize(random_weights(3, 64), T.Q4_1), raw_dtype=T.Q4_1)
+    w.add_tensor("unsupported.q6_k", rng.integers(0, 256, size=(2, 210), dtype=np.uint8), raw_dtype=T.Q6_K)
+    w.add_tensor("norm.weight", rng.standard_normal(64).astype(np.float32))
+    w.add_tensor("cube.f32", rng.standard_normal((2, 3, 32)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def align64(out):
+    fname = "align64.gguf"
+    w = gguf.GGUFWriter(os.path.join(out, fname), "kgentest")
+    w.add_custom_alignment(64)
+    w.add_array("test.strings", ["one", "two"])
+    add(w, out, fname, "a64.f32.k5.n3", random_weights(3, 5), T.F32)
+    add(w, out, fname, "a64.q4_0.k64.n3", random_weights(3, 64), T.Q4_0)
+    add(w, out, fname, "a64.q8_0.k32.n5", random_weights(5, 32), T.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def small(out):
+    fname = "small.gguf"
+    w = gguf.GGUFWriter(os.path.join(out, fname), "kgentest")
+    w.add_array("test.strings", ["ab", "c"])
+    w.add_array("test.nested", [[1, 2], [3]])
+    w.add_float32("test.f32", 2.0)
+    add(w, out, fname, "s.q4_0", random_weights(2, 32), T.Q4_0)
+    add(w, out, fname, "s.f16", random_weights(2, 3), T.F16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    model(args.out)
+    align64(args.out)
+    small(args.out)
+    with open(os.path.join(args.out, "manifest.txt"), "w") as f:
+        f.write("\n".join(manifest) + "\n")
+    try:
+        from importlib.metadata import version
+        gv = version("gguf")
+    except Exception:
+        gv = "?"
+    print(f"gguf {gv} numpy {np.__version__}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
