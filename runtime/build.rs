@@ -1,12 +1,15 @@
 //! Generates the runtime's built-in kernels into OUT_DIR.
 //!
-//! Which formats: `KGEN_SPECS` (e.g. `4:32,4:128,3:col`), default below.
+//! Which formats: `KGEN_SPECS` (e.g. `4:32,4:128,3:col,q4_0,q8_0`, or `all`),
+//! default below.
 //! Which CPUs: `KGEN_TARGETS` (target names), default every ISA family of
 //! the architecture being built for. Nothing here times or fetches anything.
 
+use kgen::build::Formats;
 use kgen::spec::Group;
 
-const DEFAULT_SPECS: &[(u32, Group)] = &[
+/// f32-family formats built by default.
+const DEFAULT_F32: &[(u32, Group)] = &[
     (4, Group::Size(32)),
     (4, Group::Size(128)),
     (3, Group::Size(128)),
@@ -16,7 +19,9 @@ const DEFAULT_SPECS: &[(u32, Group)] = &[
 ];
 
 fn main() {
-    let config = kgen::build::Config::from_env(DEFAULT_SPECS)
+    // Plus the int8-activation family: Q4_0 and Q8_0.
+    let defaults = Formats { f32: DEFAULT_F32.to_vec(), int8: vec![4, 8] };
+    let config = kgen::build::Config::from_env(&defaults)
         .unwrap_or_else(|e| panic!("kgen build configuration: {e}"))
         .runtime_path("crate");
     if let Err(e) = config.generate() {

@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # The runtime's kernel tests cross-compiled for aarch64 and run under
-# qemu-user (`-cpu max`), as on an Arm server.
+# qemu-user, as on an Arm server: NEON and portable kernels against the
+# oracle. Runs once per CPU model in QEMU_CPUS (default `max neoverse-n1`:
+# everything qemu implements, and a plain Armv8.2 server core); set
+# QEMU_CPU=<model> to run one model only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu ${QEMU_CPU:-max} -L /usr/aarch64-linux-gnu"
-cargo test -p kgen-runtime --release --target aarch64-unknown-linux-gnu --test kernels
+tests=(--test kernels --test aarch64_neon)
+cpus=${QEMU_CPU:-${QEMU_CPUS:-max neoverse-n1}}
+for cpu in $cpus; do
+    echo "== qemu-aarch64 -cpu $cpu"
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu" \
+        cargo test -p kgen-runtime --release --target aarch64-unknown-linux-gnu "${tests[@]}"
+done

@@ -53,3 +53,26 @@ pub fn read_bandwidth_gbs(bytes: usize) -> f64 {
     });
     bytes as f64 / secs / 1e9
 }
+
+/// Read bandwidth with `threads` threads each summing its own share of
+/// `bytes` (GB/s, median of several passes).
+pub fn read_bandwidth_threads_gbs(bytes: usize, threads: usize) -> f64 {
+    let per = bytes / threads / 8;
+    let bufs: Vec<Vec<u64>> = (0..threads).map(|t| (0..per).map(|i| (i + t) as u64).collect()).collect();
+    let secs = median_secs(7, 1, || {
+        std::thread::scope(|s| {
+            for b in &bufs {
+                s.spawn(move || {
+                    let mut acc = [0u64; 8];
+                    for c in b.chunks_exact(8) {
+                        for i in 0..8 {
+                            acc[i] = acc[i].wrapping_add(c[i]);
+                        }
+                    }
+                    std::hint::black_box(acc);
+                });
+            }
+        });
+    });
+    (per * 8 * threads) as f64 / secs / 1e9
+}

@@ -35,8 +35,10 @@ pub const ENV_PROFILE: &str = "KGEN_PROFILE";
 pub struct Config {
     /// Target names; `None`: every ISA family of the architecture being built for.
     pub targets: Option<Vec<String>>,
-    /// `(bits, group)` formats.
+    /// `(bits, group)` formats of the f32 family.
     pub specs: Vec<(u32, Group)>,
+    /// Weight bits of the int8-activation family: 4 (Q4_0), 8 (Q8_0).
+    pub int8: Vec<u32>,
     /// Rows the GEMM kernels are planned for.
     pub gemm_m: usize,
     /// Path of the runtime crate in the generated code (`::kgen_runtime`, or
@@ -53,6 +55,7 @@ impl Default for Config {
         Config {
             targets: None,
             specs: Vec::new(),
+            int8: Vec::new(),
             gemm_m: 32,
             runtime_path: "::kgen_runtime".into(),
             file_name: "kgen_kernels.rs".into(),
@@ -62,11 +65,14 @@ impl Default for Config {
 }
 
 /// Family targets that cover every ISA of an architecture, best first: the
-/// kernels a portable binary carries.
+/// kernels a portable binary carries. Each contributes its best ISA, and the
+/// last one of each architecture has no feature an f32 ISA needs, so it
+/// contributes the portable fallback (`generic-x86_64`: SSE4.2 only;
+/// `generic-aarch64-portable`: no features, next to `generic-aarch64`'s NEON).
 pub fn family_targets(arch: Arch) -> &'static [&'static str] {
     match arch {
         Arch::X86_64 => &["x86-64-v4", "x86-64-v3", "generic-x86_64"],
-        Arch::Aarch64 => &["generic-aarch64"],
+        Arch::Aarch64 => &["generic-aarch64", "generic-aarch64-portable"],
     }
 }
 
@@ -87,27 +93,40 @@ pub fn all_specs() -> Vec<(u32, Group)> {
     out
 }
 
-/// Parses `4:32,3:128,8:col` (or `all`) into formats.
-pub fn parse_specs(s: &str) -> Result<Vec<(u32, Group)>, Error> {
+/// Formats a build generates kernels for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Formats {
+    /// f32 family `(bits, group)`.
+    pub f32: Vec<(u32, Group)>,
+    /// int8 family weight bits.
+    pub int8: Vec<u32>,
+}
+
+/// Parses `4:32,3:128,8:col,q4_0,q8_0` (or `all`) into formats.
+pub fn parse_specs(s: &str) -> Result<Formats, Error> {
     if s.trim() == "all" {
-        return Ok(all_specs());
+        return Ok(Formats { f32: all_specs(), int8: vec![4, 8] });
     }
-    s.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (b, g) = p.split_once(':').ok_or_else(|| {
-                Error::Usage(format!(
-                    "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col)"
-                ))
-            })?;
-            let bits = b
-                .trim()
-                .parse()
-                .map_err(|_| Error::Usage(format!("{ENV_SPECS}: bad bit width in `{p}`")))?;
-            Ok((bits, Group::parse(g)?))
-        })
-        .collect()
+    let mut out = Formats::default();
+    for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match p {
+            "q4_0" => out.int8.push(4),
+            "q8_0" => out.int8.push(8),
+            _ => {
+                let (b, g) = p.split_once(':').ok_or_else(|| {
+                    Error::Usage(format!(
+                        "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or q4_0 / q8_0"
+                    ))
+                })?;
+                let bits = b
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::Usage(format!("{ENV_SPECS}: bad bit width in `{p}`")))?;
+                out.f32.push((bits, Group::parse(g)?));
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Config {
@@ -117,12 +136,14 @@ impl Config {
 
     /// The configuration from `KGEN_SPECS` / `KGEN_TARGETS` / `KGEN_GEMM_M`,
     /// with `default_specs` when `KGEN_SPECS` is unset.
-    pub fn from_env(default_specs: &[(u32, Group)]) -> Result<Config, Error> {
+    pub fn from_env(defaults: &Formats) -> Result<Config, Error> {
         let mut c = Config::new();
-        c.specs = match std::env::var(ENV_SPECS) {
+        let formats = match std::env::var(ENV_SPECS) {
             Ok(s) => parse_specs(&s)?,
-            Err(_) => default_specs.to_vec(),
+            Err(_) => defaults.clone(),
         };
+        c.specs = formats.f32;
+        c.int8 = formats.int8;
         if let Ok(t) = std::env::var(ENV_TARGETS) {
             c.targets = Some(
                 t.split(',')
@@ -144,6 +165,12 @@ impl Config {
 
     pub fn spec(mut self, bits: u32, group: Group) -> Self {
         self.specs.push((bits, group));
+        self
+    }
+
+    /// Adds an int8-activation format: 4 (Q4_0) or 8 (Q8_0).
+    pub fn int8(mut self, bits: u32) -> Self {
+        self.int8.push(bits);
         self
     }
 
@@ -198,7 +225,7 @@ impl Config {
 
     /// Generates into `dir` for `arch`. Pure: same inputs, same bytes.
     pub fn generate_to(&self, dir: &Path, arch: Arch) -> Result<Generated, Error> {
-        if self.specs.is_empty() {
+        if self.specs.is_empty() && self.int8.is_empty() {
             return Err(Error::Usage(
                 "kgen build config lists no weight formats".into(),
             ));
@@ -223,6 +250,9 @@ impl Config {
             .then(crate::native::detect)
             .filter(|h| h.arch == arch);
         let mut warnings = Vec::new();
+        // Each (family, ISA) comes from the first target that provides it.
+        let mut seen = std::collections::BTreeSet::new();
+        let mut pushes_i8 = TokenStream::new();
         for name in &names {
             let t = target::load(name)?;
             if t.arch != arch {
@@ -236,7 +266,9 @@ impl Config {
             inputs.push(target::targets_dir().join(format!("{name}.toml")));
             let module = format_ident!("{}", rust_ident(&t.name));
             let mut files = TokenStream::new();
-            for &(bits, group) in &self.specs {
+            let f32_isa = Isa::for_target(&t).first().map(|i| i.name).unwrap_or("portable");
+            let do_f32 = seen.insert(("f32", f32_isa));
+            for &(bits, group) in self.specs.iter().filter(|_| do_f32) {
                 let mut req =
                     Request::new(bits, group, vec![Op::Gemv, Op::Gemm { m: self.gemm_m }]);
                 req.options.tile_source = Some(TileSource::Model);
@@ -257,7 +289,7 @@ impl Config {
                 for plan in &plans {
                     let isa = Isa::by_name(plan.isa).expect("planned ISA");
                     let detect = format_ident!("detect_{}", isa.name);
-                    detectors.insert(isa.name, detector(&isa, &detect));
+                    detectors.insert(detect.to_string(), detector(&isa, &detect));
                     pushes.extend(entry(
                         &self.runtime_path,
                         &t,
@@ -267,6 +299,27 @@ impl Config {
                         &detect,
                     ));
                 }
+            }
+            let i8_isa = crate::int8::I8Isa::for_target(&t).into_iter().next();
+            if let Some(isa) = i8_isa.filter(|i| seen.insert(("int8", i.name))) {
+                for &bits in &self.int8 {
+                    let spec = crate::int8::I8Spec::new(Op::Gemv, bits)?;
+                    let gemv = crate::int8::plan(&spec, &isa, &t, (4096, 4096))?;
+                    let gemm = crate::int8::plan_gemm_sharing(&gemv, self.gemm_m, &t);
+                    let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
+                    let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
+                    let text = crate::int8::emit_file(&t, &[gemv.clone(), gemm.clone()], &command)?;
+                    crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
+                    files.extend(quote! { include!(#file_name); });
+                    let detect = format_ident!("detect_i8_{}", isa.name);
+                    detectors.insert(detect.to_string(), detector_for(isa.arch, isa.features, &detect));
+                    for p in [&gemv, &gemm] {
+                        pushes_i8.extend(entry_i8(&self.runtime_path, &t, &module, p, &detect));
+                    }
+                }
+            }
+            if files.is_empty() {
+                continue;
             }
             includes.extend(quote! {
                 #[allow(non_snake_case, clippy::all)]
@@ -285,6 +338,12 @@ impl Config {
                 #pushes
                 v
             }
+            /// Every int8-activation kernel of this build, best ISA first.
+            pub fn kernels_i8() -> ::std::vec::Vec<#rt::I8KernelEntry> {
+                let mut v = ::std::vec::Vec::new();
+                #pushes_i8
+                v
+            }
         };
         let file: syn::File = syn::parse2(top)
             .map_err(|e| Error::Emit(crate::emit::EmitError(format!("registry: {e}"))))?;
@@ -292,7 +351,12 @@ impl Config {
             "// @generated by kgen {} -- DO NOT EDIT.\n// Kernel registry for targets {} and formats {}.\n\n{}",
             crate::VERSION,
             names.join(", "),
-            self.specs.iter().map(|(b, g)| format!("{b}:{g}")).collect::<Vec<_>>().join(", "),
+            self.specs
+                .iter()
+                .map(|(b, g)| format!("{b}:{g}"))
+                .chain(self.int8.iter().map(|b| format!("q{b}_0")))
+                .collect::<Vec<_>>()
+                .join(", "),
             prettyplease::unparse(&file)
         );
         let top_path = dir.join(&self.file_name);
@@ -330,8 +394,13 @@ fn rust_ident(name: &str) -> String {
 }
 
 pub(crate) fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
-    let features = isa.feature_names();
-    match isa.arch {
+    detector_for(isa.arch, &isa.feature_names(), name)
+}
+
+/// A run-time detection function for `features` on `arch` (always true for
+/// the portable ISA).
+pub(crate) fn detector_for(arch: Option<Arch>, features: &[&str], name: &syn::Ident) -> TokenStream {
+    match arch {
         None => quote! { fn #name() -> bool { true } },
         Some(Arch::X86_64) => quote! {
             #[cfg(target_arch = "x86_64")]
@@ -382,6 +451,41 @@ pub(crate) fn entry(
                 t_b: k::T_B,
                 zcurve: k::ZCURVE,
                 x_scale: k::X_SCALE,
+                gemm: #gemm,
+                detect: #detect,
+                run: k::run,
+            });
+        }
+    }
+}
+
+fn entry_i8(rt: &str, t: &TargetDesc, module: &syn::Ident, p: &crate::int8::I8Plan, detect: &syn::Ident) -> TokenStream {
+    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
+    let k = format_ident!("{}", p.kernel_name());
+    let target_name = &t.name;
+    let gemm = matches!(p.spec.op, Op::Gemm { .. });
+    let cfg = match crate::int8::I8Isa::by_name(p.isa).and_then(|i| i.arch) {
+        Some(a) => {
+            let a = a.cfg_name();
+            quote! { #[cfg(target_arch = #a)] }
+        }
+        None => TokenStream::new(),
+    };
+    quote! {
+        #cfg
+        {
+            use #module::#k as k;
+            v.push(#rt::I8KernelEntry {
+                name: k::NAME,
+                isa: k::ISA,
+                target: #target_name,
+                features: k::FEATURES,
+                bits: k::BITS,
+                lanes: k::LANES,
+                t_u: k::T_U,
+                m_r: k::M_R,
+                m_b: k::M_B,
+                t_b: k::T_B,
                 gemm: #gemm,
                 detect: #detect,
                 run: k::run,

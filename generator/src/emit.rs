@@ -162,7 +162,7 @@ struct Geometry {
     /// Packing units per group (`None`: whole column).
     upg: Option<usize>,
     /// The ISA's target features (empty for portable).
-    features: &'static [crate::target::Feature],
+    features: Vec<&'static str>,
 }
 
 impl Geometry {
@@ -177,7 +177,7 @@ impl Geometry {
             vpu: s.values_per_unit(),
             wpu: s.words_per_unit(),
             upg: s.group.size().map(|g| g / s.values_per_unit()),
-            features: Isa::by_name(plan.isa).map(|i| i.features).unwrap_or(&[]),
+            features: Isa::by_name(plan.isa).map(|i| i.feature_names()).unwrap_or_default(),
         }
     }
 
@@ -193,11 +193,7 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
             isa.template_path
         ))
     })?;
-    let template_items: Vec<syn::Item> = template
-        .items
-        .iter()
-        .map(|i| with_features(i, isa))
-        .collect();
+    let template_items = template_items(&template, &isa.feature_names());
     let geo = Geometry::of(plan);
     let name = plan.kernel_name();
     let module = format_ident!("{}", name);
@@ -231,7 +227,7 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
     Ok(quote! {
         #[doc = #doc]
         #cfg
-        #[allow(unused_unsafe, unused_mut, unused_variables, clippy::all)]
+        #[allow(unused_unsafe, unsafe_op_in_unsafe_fn, unused_mut, unused_variables, clippy::all)]
         pub mod #module {
             /// The ISA's primitives, copied from its template.
             #[allow(dead_code)]
@@ -451,7 +447,7 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
          over `units` packing units of {} values.",
         geo.m_u, geo.vpu
     );
-    let attrs = fn_attrs(geo.features);
+    let attrs = fn_attrs(&geo.features);
     quote! {
         #[doc = #doc]
         #attrs
@@ -512,7 +508,7 @@ fn driver(plan: &Plan, geo: &Geometry) -> TokenStream {
             }
         }
     };
-    let attrs = fn_attrs(geo.features);
+    let attrs = fn_attrs(&geo.features);
     quote! {
         #attrs
         unsafe fn body(
@@ -606,31 +602,32 @@ pub fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<b
 /// features gets `#[target_feature]` on each function (LLVM inlines only
 /// between functions with the same features, and `inline(always)` cannot be
 /// combined with `target_feature`); the portable ISA gets `inline(always)`.
-fn fn_attrs(features: &[crate::target::Feature]) -> TokenStream {
+pub(crate) fn fn_attrs(features: &[&str]) -> TokenStream {
     if features.is_empty() {
         quote! { #[inline(always)] }
     } else {
-        let joined: Vec<&str> = features
-            .iter()
-            .map(|f| crate::isa::feature_name(*f))
-            .collect();
-        let joined = joined.join(",");
+        let joined = features.join(",");
         quote! { #[inline] #[target_feature(enable = #joined)] }
     }
 }
 
-/// A template item with the ISA's function attributes applied: templates are
-/// written feature-agnostic, with `#[inline(always)]`.
-fn with_features(item: &syn::Item, isa: &Isa) -> syn::Item {
-    let mut item = item.clone();
-    if let syn::Item::Fn(f) = &mut item {
-        if !isa.features.is_empty() {
-            f.attrs.retain(|a| !a.path().is_ident("inline"));
-            let tf = fn_attrs(isa.features);
-            let parsed: syn::ItemFn =
-                syn::parse2(quote! { #tf fn __x() {} }).expect("attribute tokens parse");
-            f.attrs.extend(parsed.attrs);
-        }
-    }
-    item
+/// A template's items with the ISA's function attributes applied to its
+/// `unsafe fn`s: templates are written feature-agnostic, with `#[inline(always)]`.
+pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn::Item> {
+    let attrs = fn_attrs(features);
+    let parsed: syn::ItemFn = syn::parse2(quote! { #attrs fn __x() {} }).expect("attribute tokens parse");
+    template
+        .items
+        .iter()
+        .map(|item| {
+            let mut item = item.clone();
+            if let syn::Item::Fn(f) = &mut item {
+                if !features.is_empty() && matches!(f.sig.safety, syn::Safety::Unsafe(_)) {
+                    f.attrs.retain(|a| !a.path().is_ident("inline"));
+                    f.attrs.extend(parsed.attrs.iter().cloned());
+                }
+            }
+            item
+        })
+        .collect()
 }

@@ -12,6 +12,7 @@ use crate::target::{Arch, Feature, TargetDesc};
 pub enum IsaId {
     Avx512f,
     Avx2,
+    Neon,
     Portable,
 }
 
@@ -79,6 +80,23 @@ pub const AVX2: Isa = Isa {
     fused_fma: true,
 };
 
+/// aarch64 Advanced SIMD: 128-bit vectors, 32 registers, fused `fmla`.
+pub const NEON: Isa = Isa {
+    id: IsaId::Neon,
+    name: "neon",
+    arch: Some(Arch::Aarch64),
+    features: &[Feature::Neon],
+    lanes: 4,
+    registers: 32,
+    template_path: "templates/f32/neon.rs",
+    template: include_str!("../../templates/f32/neon.rs"),
+    unpack: UnpackCost {
+        alu_per_value: 3.0,
+        alu_straddle: 3.0,
+    },
+    fused_fma: true,
+};
+
 /// Plain Rust on arrays; LLVM vectorises it for whatever the build targets.
 pub const PORTABLE: Isa = Isa {
     id: IsaId::Portable,
@@ -97,7 +115,7 @@ pub const PORTABLE: Isa = Isa {
 };
 
 /// Every ISA of the f32 family, best first.
-pub const F32_FAMILY: &[Isa] = &[AVX512F, AVX2, PORTABLE];
+pub const F32_FAMILY: &[Isa] = &[AVX512F, AVX2, NEON, PORTABLE];
 
 impl Isa {
     pub fn by_name(name: &str) -> Option<Isa> {

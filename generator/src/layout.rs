@@ -74,6 +74,16 @@ impl AlignedWords {
             len,
         }
     }
+    /// The words as bytes (native order), for byte-granular layouts.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: any initialised u32 storage is valid as 4x as many bytes.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len * 4) }
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_bytes`, with unique access; every byte pattern is a valid u32.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len * 4) }
+    }
 }
 
 impl std::ops::Deref for AlignedWords {

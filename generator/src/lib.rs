@@ -10,6 +10,7 @@
 
 pub mod format;
 pub mod ggml;
+pub mod int8_layout;
 pub mod layout;
 pub mod spec;
 
@@ -17,6 +18,8 @@ pub mod spec;
 pub mod build;
 #[cfg(feature = "codegen")]
 pub mod emit;
+#[cfg(feature = "codegen")]
+pub mod int8;
 #[cfg(feature = "codegen")]
 pub mod isa;
 #[cfg(feature = "codegen")]

@@ -35,15 +35,35 @@ fn generation_is_deterministic_and_valid_rust() {
 }
 
 #[test]
-fn aarch64_targets_say_they_emit_portable_kernels() {
+fn aarch64_targets_emit_neon_kernels() {
+    // Best ISA (the CLI's default): NEON on every aarch64 target with it.
+    let best = Request::new(4, Group::Size(32), vec![Op::Gemv, Op::Gemm { m: 32 }]);
     let t = target::load("neoverse-v1").unwrap();
-    let out = kgen::generate(&t, &request(4, Group::Size(32)), "kgen").unwrap();
+    let out = kgen::generate(&t, &best, "kgen").unwrap();
     assert!(
-        out.kernels.iter().all(|k| k.ends_with("__portable")),
+        !out.kernels.is_empty() && out.kernels.iter().all(|k| k.ends_with("__neon")),
         "{:?}",
         out.kernels
     );
-    assert!(out.text.contains("portable kernels"));
+    assert!(out.text.contains("(family f32, ISA neon)"));
+    assert!(out.text.contains("#[target_feature(enable = \"neon\")]"));
+    assert!(out.text.contains("#[cfg(target_arch = \"aarch64\")]"));
+    // All ISAs: NEON first, then the portable fallback.
+    let all = kgen::generate(&t, &request(4, Group::Size(32)), "kgen").unwrap();
+    let isas: Vec<&str> = all
+        .kernels
+        .iter()
+        .map(|k| k.rsplit("__").next().unwrap())
+        .collect();
+    assert_eq!(isas, ["neon", "neon", "portable", "portable"]);
+    // The fallback target has no NEON feature: portable kernels only.
+    let p = target::load("generic-aarch64-portable").unwrap();
+    let out = kgen::generate(&p, &best, "kgen").unwrap();
+    assert!(
+        !out.kernels.is_empty() && out.kernels.iter().all(|k| k.ends_with("__portable")),
+        "{:?}",
+        out.kernels
+    );
 }
 
 fn kgen_bin() -> Command {

@@ -5,7 +5,7 @@
 //! in). Selection then only picks the head of a list, or the forced ISA.
 
 use crate::error::Error;
-use crate::kernel::KernelEntry;
+use crate::kernel::{I8KernelEntry, KernelEntry};
 use kgen::spec::Group;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -18,6 +18,8 @@ type Key = (u32, usize, bool);
 pub struct Registry {
     /// Every kernel the build holds, in build order.
     all: Vec<KernelEntry>,
+    /// Every int8-activation kernel, in build order (best ISA first).
+    all_i8: Vec<I8KernelEntry>,
     /// The ones this CPU runs, by (bits, group, gemm), best first.
     table: BTreeMap<Key, Vec<KernelEntry>>,
 }
@@ -34,13 +36,65 @@ impl Registry {
                 table.entry((e.bits, e.group, e.gemm)).or_default().push(*e);
             }
         }
-        Registry { all, table }
+        Registry { all, table, all_i8: Vec::new() }
+    }
+
+    /// Adds the int8-activation kernels (`kernels_i8()` of a generated registry).
+    pub fn with_int8(mut self, kernels: Vec<I8KernelEntry>) -> Registry {
+        self.all_i8 = kernels;
+        self
+    }
+
+    /// Every int8 kernel compiled in.
+    pub fn all_i8(&self) -> &[I8KernelEntry] {
+        &self.all_i8
+    }
+
+    /// Int8 kernels this CPU runs for `bits`, best first.
+    pub fn runnable_i8(&self, bits: u32, gemm: bool) -> Vec<I8KernelEntry> {
+        self.all_i8.iter().filter(|e| e.bits == bits && e.gemm == gemm && (e.detect)()).copied().collect()
+    }
+
+    /// The int8 GEMV kernel and the GEMM kernel sharing its layout, for `bits`,
+    /// with `isa` forced or (`None`) the best this CPU runs.
+    pub fn select_i8(&self, bits: u32, isa: Option<&str>) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
+        let compiled: Vec<&I8KernelEntry> = self.all_i8.iter().filter(|e| e.bits == bits).collect();
+        if compiled.is_empty() {
+            return Err(Error::NoKernel(format!(
+                "this build has no int8 kernel for {bits}-bit weights; set KGEN_SPECS to include q{bits}_0"
+            )));
+        }
+        let gemv = self.runnable_i8(bits, false);
+        let pick = match isa {
+            None => *gemv.first().ok_or_else(|| Error::NoKernel(format!("no q{bits}_0 kernel runs on this CPU")))?,
+            Some(name) => match gemv.iter().find(|e| e.isa == name) {
+                Some(e) => *e,
+                None if compiled.iter().any(|e| e.isa == name) => {
+                    return Err(Error::NoKernel(format!(
+                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features the q{bits}_0 kernel needs ({:?})",
+                        compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
+                    )))
+                }
+                None => {
+                    let isas: std::collections::BTreeSet<_> = compiled.iter().map(|e| e.isa).collect();
+                    return Err(Error::NoKernel(format!(
+                        "{FORCE_ISA_ENV}={name}, but this build has no {name} q{bits}_0 kernel (it has {isas:?})"
+                    )));
+                }
+            },
+        };
+        let gemm = self
+            .runnable_i8(bits, true)
+            .into_iter()
+            .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(&pick))
+            .unwrap_or(pick);
+        Ok((pick, gemm))
     }
 
     /// The kernels built into this crate.
     pub fn builtin() -> &'static Registry {
         static REG: OnceLock<Registry> = OnceLock::new();
-        REG.get_or_init(|| Registry::new(crate::builtin::kernels()))
+        REG.get_or_init(|| Registry::new(crate::builtin::kernels()).with_int8(crate::builtin::kernels_i8()))
     }
 
     /// Every kernel compiled in, runnable here or not.

@@ -62,3 +62,44 @@ impl KernelEntry {
         )
     }
 }
+
+/// The entry point of a generated int8-activation kernel (`run`).
+pub type I8RunFn = unsafe fn(
+    *const u8,
+    *const u16,
+    *const i8,
+    *const f32,
+    *const i32,
+    *mut f32,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+);
+
+/// One generated int8-activation kernel and its plan.
+#[derive(Clone, Copy, Debug)]
+pub struct I8KernelEntry {
+    pub name: &'static str,
+    pub isa: &'static str,
+    pub target: &'static str,
+    pub features: &'static [&'static str],
+    /// 4 (Q4_0 layout) or 8 (Q8_0 layout).
+    pub bits: u32,
+    /// Columns interleaved per vector.
+    pub lanes: usize,
+    pub t_u: usize,
+    pub m_r: usize,
+    pub m_b: usize,
+    pub t_b: usize,
+    pub gemm: bool,
+    pub detect: fn() -> bool,
+    pub run: I8RunFn,
+}
+
+impl I8KernelEntry {
+    pub fn same_layout(&self, other: &I8KernelEntry) -> bool {
+        (self.bits, self.lanes, self.t_u, self.m_b, self.t_b) == (other.bits, other.lanes, other.t_u, other.m_b, other.t_b)
+    }
+}

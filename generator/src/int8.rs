@@ -1,0 +1,614 @@
+//! The int8-activation kernel family (papers 000 and 002): ISAs as data, the
+//! performance model and planner for it, and its emitter.
+//!
+//! The data layout and the oracle are in [`crate::int8_layout`]. A micro
+//! kernel handles `t_u` groups of `L` interleaved columns for `m_r`
+//! activation rows; per 32-value block it keeps `m_r x t_u` i32 accumulators
+//! (`i_{row}_{t}`), adds 4-byte products into them with the template's
+//! `dot_u` / `dot_s`, then removes the nibble bias, converts, and folds the
+//! block into `m_r x t_u` f32 accumulators (`f_{row}_{t}`) with the weight
+//! scales of `L` columns converted in one vector op times the activation
+//! block scale.
+
+use crate::emit::EmitError;
+use crate::ggml::QK;
+use crate::layout::round_up;
+use crate::planner::BlockOrder;
+use crate::spec::Op;
+use crate::target::{Arch, Feature, TargetDesc};
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// One ISA of the int8 family.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct I8Isa {
+    pub name: &'static str,
+    pub arch: Option<Arch>,
+    /// Target features a target must list to run it.
+    pub requires: &'static [Feature],
+    /// `target_feature` / run-time detection names (f16c is implied by every
+    /// AVX2 CPU but is its own feature bit).
+    pub features: &'static [&'static str],
+    /// i32 lanes per vector: columns interleaved per vector.
+    pub lanes: usize,
+    pub registers: usize,
+    pub template_path: &'static str,
+    pub template: &'static str,
+    /// Vector uops of one `dot_u` (maddubs + madd + add = 3; vpdpbusd = 1).
+    pub dot_uops: f64,
+    /// Extra uops of `dot_s` over `dot_u` (sign handling).
+    pub signed_extra: f64,
+}
+
+pub const AVX512VNNI: I8Isa = I8Isa {
+    name: "avx512vnni",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512vnni],
+    features: &["avx512f", "avx512bw", "avx512vnni"],
+    lanes: 16,
+    registers: 32,
+    template_path: "templates/i8/avx512vnni.rs",
+    template: include_str!("../../templates/i8/avx512vnni.rs"),
+    dot_uops: 1.0,
+    signed_extra: 3.0,
+};
+
+pub const AVXVNNI: I8Isa = I8Isa {
+    name: "avxvnni",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx2, Feature::Fma, Feature::Avxvnni],
+    features: &["avx2", "fma", "f16c", "avxvnni"],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/avxvnni.rs",
+    template: include_str!("../../templates/i8/avxvnni.rs"),
+    dot_uops: 1.0,
+    signed_extra: 2.0,
+};
+
+pub const AVX2: I8Isa = I8Isa {
+    name: "avx2",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx2, Feature::Fma],
+    features: &["avx2", "fma", "f16c"],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/avx2.rs",
+    template: include_str!("../../templates/i8/avx2.rs"),
+    dot_uops: 3.0,
+    signed_extra: 2.0,
+};
+
+pub const PORTABLE: I8Isa = I8Isa {
+    name: "portable",
+    arch: None,
+    requires: &[],
+    features: &[],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/portable.rs",
+    template: include_str!("../../templates/i8/portable.rs"),
+    dot_uops: 12.0,
+    signed_extra: 0.0,
+};
+
+/// Best first.
+pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, PORTABLE];
+
+impl I8Isa {
+    pub fn by_name(name: &str) -> Option<I8Isa> {
+        I8_FAMILY.iter().copied().find(|i| i.name == name)
+    }
+
+    pub fn runs_on(&self, t: &TargetDesc) -> bool {
+        self.arch.is_none_or(|a| a == t.arch) && self.requires.iter().all(|f| t.has(*f))
+    }
+
+    pub fn for_target(t: &TargetDesc) -> Vec<I8Isa> {
+        I8_FAMILY.iter().copied().filter(|i| i.runs_on(t)).collect()
+    }
+}
+
+/// An int8-family format: Q4_0-like (4) or Q8_0-like (8) weights, blocks of 32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct I8Spec {
+    pub op: Op,
+    pub bits: u32,
+}
+
+impl I8Spec {
+    pub fn new(op: Op, bits: u32) -> Result<I8Spec, crate::spec::SpecError> {
+        if bits != 4 && bits != 8 {
+            return Err(crate::spec::SpecError(format!(
+                "int8-activation kernels take 4-bit (Q4_0) or 8-bit (Q8_0) weights, not {bits}"
+            )));
+        }
+        Ok(I8Spec { op, bits })
+    }
+
+    /// `q4_0` / `q8_0`.
+    pub fn format_tag(&self) -> String {
+        format!("q{}_0", self.bits)
+    }
+}
+
+/// Tile of the int8 family: `t_u` column groups of `lanes`, `m_r` rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct I8Tile {
+    pub t_u: usize,
+    pub m_r: usize,
+}
+
+/// A plan for one int8 kernel.
+#[derive(Clone, Debug, Serialize)]
+pub struct I8Plan {
+    pub target: String,
+    pub isa: &'static str,
+    pub spec: I8Spec,
+    pub lanes: usize,
+    pub tile: I8Tile,
+    pub m_b: usize,
+    pub t_b: usize,
+    pub registers: usize,
+    pub register_limit: usize,
+    pub l1_bits: u64,
+    pub l1_gamma: u64,
+    /// Predicted GB/s of weights and GFLOPS on one core.
+    pub gbs: f64,
+    pub gflops: f64,
+    pub order: BlockOrder,
+}
+
+impl I8Plan {
+    /// `q4_0_gemv_1x32__avx2`: format, op, rows x columns, ISA.
+    pub fn kernel_name(&self) -> String {
+        format!(
+            "{}_{}_{}x{}__{}",
+            self.spec.format_tag(),
+            self.spec.op.name(),
+            self.tile.m_r,
+            self.tile.t_u * self.lanes,
+            self.isa
+        )
+    }
+}
+
+/// Vector registers a tile keeps live: f32 and i32 accumulators, the
+/// weight vectors (and their high nibbles), two activation broadcasts, and
+/// the nibble mask and the word of ones.
+pub fn registers(spec: &I8Spec, tile: I8Tile) -> usize {
+    let weights = if spec.bits == 4 { 2 * tile.t_u } else { tile.t_u };
+    2 * tile.t_u * tile.m_r + weights + 2 + 2
+}
+
+/// eq. 5 for this family, in bits: int8 activations, weights with their
+/// f16 scale (bits + 0.5 per value), f32 outputs, for m_r rows.
+pub fn l1_bits(spec: &I8Spec, m_r: usize, m_b: usize, t_b: usize) -> u64 {
+    let (m_r, m_b, t_b) = (m_r as u64, m_b as u64, t_b as u64);
+    8 * m_r * m_b + (2 * spec.bits as u64 + 1) * m_b * t_b / 2 + 32 * m_r * t_b
+}
+
+/// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
+pub fn predict(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile, k: usize, n: usize) -> (f64, f64) {
+    let (t_u, m_r) = (tile.t_u as f64, tile.m_r as f64);
+    let chunks = spec.bits as f64; // 4-byte chunks per column per block
+    let dot = if spec.bits == 4 { isa.dot_uops } else { isa.dot_uops + isa.signed_extra };
+    // Per block of one tile.
+    let unpack = if spec.bits == 4 { 3.0 * t_u * chunks / 2.0 } else { 0.0 };
+    // 4-bit: one dot_u2 per chunk (both nibbles); counted as 2/3 of two dot_u
+    // on maddubs ISAs (the i16 add saves a madd and an add).
+    let pair = if isa.dot_uops > 1.0 { 5.0 / 3.0 } else { 2.0 };
+    let dots = if spec.bits == 4 { pair * chunks } else { chunks } * t_u * m_r * dot;
+    let fold = t_u * m_r * 4.0 + t_u; // sub, cvt, mul, fma; scale convert
+    let vec_uops = unpack + dots + fold;
+    // Weight chunks, activation broadcasts (two per 4-bit chunk, one per
+    // 8-bit chunk, each covering 4 bytes), scales, and the block's x scale/sum.
+    let loads = t_u * chunks + m_r * chunks + t_u + 2.0 * m_r;
+    let dot_calls = dots / dot;
+    let units = (t.core.vector_alu_units + t.core.fma_units).max(1) as f64;
+    let cycles = (vec_uops / units)
+        .max(loads / t.core.load_units.max(1) as f64)
+        .max(dot_calls / t.core.dot_units.max(1) as f64);
+    let tw = (isa.lanes * tile.t_u) as f64;
+    let bytes = tw * (4.0 * chunks + 2.0);
+    let rows = spec.op.rows() as f64;
+    let passes = (rows / m_r).ceil();
+    let compute_gbs = bytes * t.core.ghz / (cycles * passes);
+    let eff = n as f64 / round_up(n, isa.lanes * tile.t_u) as f64;
+    let gbs = compute_gbs.min(t.memory.bandwidth_per_core_gbs) * eff;
+    let weight_bytes = (k * n) as f64 * (4.0 * chunks + 2.0) / QK as f64;
+    let gflops = 2.0 * rows * (k * n) as f64 / (weight_bytes / (gbs * 1e9)) / 1e9;
+    (gbs, gflops)
+}
+
+const MAX_M_R: usize = 8;
+
+/// Plans an int8 kernel: the fastest register-feasible tile by the model,
+/// ties to wider tiles, then the fullest L1 block (eq. 5 for this family)
+/// with balanced traffic, as for the f32 family.
+pub fn plan(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, shape: (usize, usize)) -> Result<I8Plan, crate::planner::PlanError> {
+    if !isa.runs_on(t) {
+        return Err(crate::planner::PlanError(format!(
+            "int8 ISA {} needs {:?}, which target {} does not list",
+            isa.name, isa.requires, t.name
+        )));
+    }
+    let max_rows = match spec.op {
+        Op::Gemv => 1,
+        Op::Gemm { m } => m.min(MAX_M_R),
+    };
+    let mut best: Option<(f64, I8Tile)> = None;
+    for m_r in 1..=max_rows {
+        for t_u in 1..=8 {
+            let tile = I8Tile { t_u, m_r };
+            if registers(spec, tile) > isa.registers {
+                continue;
+            }
+            let (gbs, _) = predict(spec, isa, t, tile, shape.0, shape.1);
+            let better = match best {
+                None => true,
+                Some((g, b)) => gbs > g * 1.0001 || ((gbs - g).abs() <= g * 1e-4 && (t_u * m_r) > (b.t_u * b.m_r)),
+            };
+            if better {
+                best = Some((gbs, tile));
+            }
+        }
+    }
+    let (_, tile) = best.ok_or_else(|| crate::planner::PlanError(format!("no int8 tile fits {}", isa.name)))?;
+    let gamma = t.cache.l1d * 8;
+    let tw = isa.lanes * tile.t_u;
+    let max_m_b = round_up(shape.0.max(1), QK);
+    let mut blocks = Vec::new();
+    for tiles in 1..=64usize.min(round_up(shape.1.max(1), tw) / tw) {
+        let t_b = tiles * tw;
+        let mut m_b = 0;
+        while m_b + QK <= max_m_b && l1_bits(spec, tile.m_r, m_b + QK, t_b) <= gamma {
+            m_b += QK;
+        }
+        if m_b > 0 {
+            blocks.push((l1_bits(spec, tile.m_r, m_b, t_b), m_b, t_b));
+        }
+    }
+    let max_lhs = blocks.iter().map(|b| b.0).max().unwrap_or(0);
+    let traffic = |&(_, m_b, t_b): &(u64, usize, usize)| {
+        let (m_r, m_b, t_b) = (tile.m_r as f64, m_b as f64, t_b as f64);
+        (m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * (2.0 * spec.bits as f64 + 1.0) / 16.0)
+    };
+    let (lhs, m_b, t_b) = blocks
+        .iter()
+        .filter(|b| b.0 as f64 >= 0.97 * max_lhs as f64)
+        .min_by(|a, b| traffic(a).total_cmp(&traffic(b)).then(b.0.cmp(&a.0)))
+        .copied()
+        .ok_or_else(|| crate::planner::PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024)))?;
+    let (gbs, gflops) = predict(spec, isa, t, tile, shape.0, shape.1);
+    Ok(I8Plan {
+        target: t.name.clone(),
+        isa: isa.name,
+        spec: *spec,
+        lanes: isa.lanes,
+        tile,
+        m_b,
+        t_b,
+        registers: registers(spec, tile),
+        register_limit: isa.registers,
+        l1_bits: lhs,
+        l1_gamma: gamma,
+        gbs,
+        gflops,
+        order: BlockOrder::Panel,
+    })
+}
+
+/// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed
+/// matrix serves both; only m_r is chosen.
+pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
+    let isa = I8Isa::by_name(gemv.isa).expect("planned ISA");
+    let spec = I8Spec { op: Op::Gemm { m }, bits: gemv.spec.bits };
+    let mut m_r = 1;
+    for r in 1..=m.min(MAX_M_R) {
+        // One register of slack: at the exact limit LLVM spills accumulators.
+        if registers(&spec, I8Tile { t_u: gemv.tile.t_u, m_r: r }) < isa.registers {
+            m_r = r;
+        }
+    }
+    let tile = I8Tile { t_u: gemv.tile.t_u, m_r };
+    let (gbs, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
+    I8Plan {
+        spec,
+        tile,
+        registers: registers(&spec, tile),
+        l1_bits: l1_bits(&spec, m_r, gemv.m_b, gemv.t_b),
+        gbs,
+        gflops,
+        ..gemv.clone()
+    }
+}
+
+fn lit(v: usize) -> Literal {
+    Literal::usize_unsuffixed(v)
+}
+
+/// Emits the int8 kernels of `plans` (all for `target`) as one file.
+pub fn emit_file(target: &TargetDesc, plans: &[I8Plan], command: &str) -> Result<String, EmitError> {
+    let mut items = TokenStream::new();
+    for p in plans {
+        items.extend(kernel_module(p)?);
+    }
+    let file: syn::File =
+        syn::parse2(items).map_err(|e| EmitError(format!("emitted int8 code does not parse: {e}")))?;
+    let mut h = String::new();
+    let _ = writeln!(h, "// @generated by kgen {} -- DO NOT EDIT.", crate::VERSION);
+    let _ = writeln!(h, "// Regenerate with: {command}");
+    let _ = writeln!(h, "//");
+    let _ = writeln!(h, "// target: {} ({}; {})", target.name, target.description, target.arch.cfg_name());
+    let _ = writeln!(h, "// family: int8 activations (Q8_0-like, per 32-block), symmetric weights with f16 scales");
+    for p in plans {
+        let isa = I8Isa::by_name(p.isa).expect("plan ISA");
+        let _ = writeln!(h, "//");
+        let _ = writeln!(h, "// kernel {}", p.kernel_name());
+        let _ = writeln!(h, "//   format:   {} ({}), op {}", p.spec.format_tag(), if p.spec.bits == 4 { "4-bit, nibbles + 8" } else { "8-bit signed" }, p.spec.op.name());
+        let _ = writeln!(h, "//   template: {} (family int8, ISA {})", isa.template_path, isa.name);
+        let _ = writeln!(
+            h,
+            "//   plan:     t_u={} m_r={} interleave={} columns m_b={} t_b={}",
+            p.tile.t_u, p.tile.m_r, p.lanes, p.m_b, p.t_b
+        );
+        let _ = writeln!(h, "//   registers {} <= {}; L1 {} of {} bits", p.registers, p.register_limit, p.l1_bits, p.l1_gamma);
+        let _ = writeln!(h, "//   model:    {:.1} GB/s of weights, {:.1} GFLOPS on one core", p.gbs, p.gflops);
+        let _ = writeln!(h, "//   tile from: performance model (no tuning profile)");
+    }
+    Ok(format!("{h}\n{}", prettyplease::unparse(&file)))
+}
+
+fn fn_attrs(isa: &I8Isa) -> TokenStream {
+    crate::emit::fn_attrs(isa.features)
+}
+
+fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
+    let isa = I8Isa::by_name(p.isa).ok_or_else(|| EmitError(format!("unknown int8 ISA {}", p.isa)))?;
+    let template: syn::File = syn::parse_str(isa.template)
+        .map_err(|e| EmitError(format!("template {} does not parse: {e}", isa.template_path)))?;
+    let items = crate::emit::template_items(&template, isa.features);
+    let name = p.kernel_name();
+    let module = format_ident!("{}", name);
+    let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro_kernel(p, &isa, r)).collect();
+    let driver = driver(p, &isa);
+    let cfg = match isa.arch {
+        Some(a) => {
+            let a = a.cfg_name();
+            quote! { #[cfg(target_arch = #a)] }
+        }
+        None => TokenStream::new(),
+    };
+    let tf = if isa.features.is_empty() {
+        TokenStream::new()
+    } else {
+        let joined = isa.features.join(",");
+        quote! { #[target_feature(enable = #joined)] }
+    };
+    let features = isa.features;
+    let isa_name = isa.name;
+    let bits = p.spec.bits;
+    let (lanes, t_u, m_r, m_b, t_b) = (lit(p.lanes), lit(p.tile.t_u), lit(p.tile.m_r), lit(p.m_b), lit(p.t_b));
+    let doc = format!(" {} {} on {}: see the file header for the plan.", p.spec.format_tag(), p.spec.op.name(), p.target);
+    Ok(quote! {
+        #[doc = #doc]
+        #cfg
+        #[allow(unused_unsafe, unsafe_op_in_unsafe_fn, unused_mut, unused_variables, clippy::all)]
+        pub mod #module {
+            /// The ISA's primitives, copied from its template.
+            #[allow(dead_code)]
+            pub mod ops {
+                #(#items)*
+            }
+
+            pub const NAME: &str = #name;
+            pub const ISA: &str = #isa_name;
+            pub const FEATURES: &[&str] = &[#(#features),*];
+            pub const BITS: u32 = #bits;
+            /// Columns interleaved per vector.
+            pub const LANES: usize = #lanes;
+            pub const T_U: usize = #t_u;
+            pub const M_R: usize = #m_r;
+            pub const M_B: usize = #m_b;
+            pub const T_B: usize = #t_b;
+
+            #(#micro)*
+
+            #driver
+
+            /// `y = x W` for `m` rows over panels `panel_begin..panel_end`.
+            ///
+            /// # Safety
+            /// The CPU must have `FEATURES`; `w` and `sc` hold a matrix packed for
+            /// this kernel (see `kgen::int8_layout`) with `k_pad x n_pad` values;
+            /// `xq` is `m x k_pad` int8 activations, `xd` and `xc` are `m x k_pad/32`
+            /// block scales and bias corrections; `y` is `m x n_pad`.
+            #tf
+            pub unsafe fn run(
+                w: *const u8, sc: *const u16, xq: *const i8, xd: *const f32, xc: *const i32,
+                y: *mut f32, m: usize, k_pad: usize, n_pad: usize, panel_begin: usize, panel_end: usize,
+            ) {
+                unsafe { body(w, sc, xq, xd, xc, y, m, k_pad, n_pad, panel_begin, panel_end) }
+            }
+        }
+    })
+}
+
+fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+    let fname = format_ident!("micro_r{}", rows);
+    let t_u = p.tile.t_u;
+    let l = p.lanes;
+    let chunk = 4 * l; // bytes per chunk per column group
+    let chunks = p.spec.bits as usize;
+    let fv = |r: usize, t: usize| format_ident!("f_{}_{}", r, t);
+    let iv = |r: usize, t: usize| format_ident!("i_{}_{}", r, t);
+    let mut init = TokenStream::new();
+    let mut store = TokenStream::new();
+    let mut zero = TokenStream::new();
+    for r in 0..rows {
+        for t in 0..t_u {
+            let (f, i) = (fv(r, t), iv(r, t));
+            let (row, off) = (lit(r), lit(t * l));
+            init.extend(quote! { let mut #f = ops::loadf(y.add(#row * ldy + #off)); });
+            store.extend(quote! { ops::storef(y.add(#row * ldy + #off), #f); });
+            zero.extend(quote! { let mut #i = ops::zero_i(); });
+        }
+    }
+    let mut block = TokenStream::new();
+    if p.spec.bits == 4 {
+        // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
+        for g in 0..chunks {
+            for t in 0..t_u {
+                let (wv, lo, hi) = (format_ident!("w_{}", t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+                let off = lit((g * t_u + t) * chunk);
+                block.extend(quote! {
+                    let #wv = ops::loadb(w.add(#off));
+                    let #lo = ops::nib_lo(#wv);
+                    let #hi = ops::nib_hi(#wv);
+                });
+            }
+            for r in 0..rows {
+                let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+                let (row, ol, oh) = (lit(r), lit(8 * g), lit(8 * g + 4));
+                block.extend(quote! {
+                    let #xl = ops::bcast4(xq.add(#row * ldx + #ol));
+                    let #xh = ops::bcast4(xq.add(#row * ldx + #oh));
+                });
+                for t in 0..t_u {
+                    let (i, lo, hi) = (iv(r, t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+                    block.extend(quote! { #i = ops::dot_u2(#i, #lo, #xl, #hi, #xh); });
+                }
+            }
+        }
+    } else {
+        for g in 0..chunks {
+            for t in 0..t_u {
+                let wv = format_ident!("w_{}", t);
+                let off = lit((g * t_u + t) * chunk);
+                block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+            }
+            for r in 0..rows {
+                let x = format_ident!("x_{}", r);
+                let (row, o) = (lit(r), lit(4 * g));
+                block.extend(quote! { let #x = ops::bcast4(xq.add(#row * ldx + #o)); });
+                for t in 0..t_u {
+                    let (i, wv) = (iv(r, t), format_ident!("w_{}", t));
+                    block.extend(quote! { #i = ops::dot_s(#i, #wv, #x); });
+                }
+            }
+        }
+    }
+    // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
+    let mut fold = TokenStream::new();
+    for t in 0..t_u {
+        let s = format_ident!("s_{}", t);
+        let off = lit(t * l);
+        fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
+    }
+    for r in 0..rows {
+        let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
+        let row = lit(r);
+        fold.extend(quote! {
+            let #dx = ops::splatf(xd.add(#row * ldb));
+            let #c = ops::splati(xc.add(#row * ldb));
+        });
+        for t in 0..t_u {
+            let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
+            fold.extend(quote! {
+                #f = ops::fmaf(ops::cvti(ops::subi(#i, #c)), ops::mulf(#s, #dx), #f);
+            });
+        }
+    }
+    let (wstep, sstep) = (lit(chunks * t_u * chunk), lit(t_u * l));
+    let attrs = fn_attrs(isa);
+    let doc = format!(" Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.", t_u * l);
+    quote! {
+        #[doc = #doc]
+        #attrs
+        unsafe fn #fname(
+            mut w: *const u8, mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
+            y: *mut f32, ldx: usize, ldb: usize, ldy: usize, blocks: usize,
+        ) {
+            unsafe {
+                #init
+                for _ in 0..blocks {
+                    #zero
+                    #block
+                    #fold
+                    w = w.add(#wstep);
+                    sc = sc.add(#sstep);
+                    xq = xq.add(32);
+                    xd = xd.add(1);
+                    xc = xc.add(1);
+                }
+                #store
+            }
+        }
+    }
+}
+
+fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
+    let tw = lit(p.tile.t_u * p.lanes);
+    let block_bytes = lit(4 * p.spec.bits as usize);
+    let m_r = lit(p.tile.m_r);
+    let full = format_ident!("micro_r{}", p.tile.m_r);
+    let arms: Vec<TokenStream> = (1..p.tile.m_r)
+        .map(|r| {
+            let f = format_ident!("micro_r{}", r);
+            let rl = lit(r);
+            quote! { #rl => #f(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb), }
+        })
+        .collect();
+    let attrs = fn_attrs(isa);
+    quote! {
+        #attrs
+        unsafe fn body(
+            w: *const u8, sc: *const u16, xq: *const i8, xd: *const f32, xc: *const i32,
+            y: *mut f32, m: usize, k_pad: usize, n_pad: usize, panel_begin: usize, panel_end: usize,
+        ) {
+            unsafe {
+                let blocks = k_pad / 32;
+                let per_kb = M_B / 32;
+                let k_blocks = (blocks + per_kb - 1) / per_kb;
+                let (ldx, ldb, ldy) = (k_pad, blocks, n_pad);
+                let c_begin = panel_begin * T_B;
+                let c_end = (panel_end * T_B).min(n_pad);
+                for r in 0..m {
+                    core::ptr::write_bytes(y.add(r * ldy + c_begin), 0, c_end - c_begin);
+                }
+                for p in panel_begin..panel_end {
+                    let pw = T_B.min(n_pad - p * T_B);
+                    for kb in 0..k_blocks {
+                        let nb = per_kb.min(blocks - kb * per_kb);
+                        let cols_before = p * T_B * blocks + kb * per_kb * pw;
+                        for tile in 0..pw / #tw {
+                            let c = p * T_B + tile * #tw;
+                            let base = cols_before + tile * #tw * nb;
+                            let wt = w.add(base * #block_bytes);
+                            let st = sc.add(base);
+                            let b0 = kb * per_kb;
+                            let mut r = 0;
+                            while r + #m_r <= m {
+                                let (xr, xdr, xcr) = (xq.add(r * ldx + b0 * 32), xd.add(r * ldb + b0), xc.add(r * ldb + b0));
+                                let yr = y.add(r * ldy + c);
+                                #full(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb);
+                                r += #m_r;
+                            }
+                            if r < m {
+                                let (xr, xdr, xcr) = (xq.add(r * ldx + b0 * 32), xd.add(r * ldb + b0), xc.add(r * ldb + b0));
+                                let yr = y.add(r * ldy + c);
+                                match m - r {
+                                    #(#arms)*
+                                    _ => unreachable!(),
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

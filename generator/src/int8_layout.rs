@@ -1,0 +1,370 @@
+//! The int8-activation family's data: packed weight layout, on-the-fly
+//! activation quantization, and the exact oracle.
+//!
+//! Weights are symmetric with one scale per block of 32 values along K
+//! (GGUF Q4_0 / Q8_0; kgen's own symmetric groups of 64-256 store the group's
+//! scale in each of its blocks). Activations are quantized per block of 32 to
+//! int8 with an f32 scale (as Q8_0), so a block's contribution to an output is
+//! `d_w * d_x * sum(q_w * q_x)`, an exact integer dot product scaled once.
+//!
+//! **Layout** (paper 000's SIMD-aware interleaving): `L` consecutive output
+//! columns are interleaved so that one i32 lane of a vector register belongs
+//! to one column and no horizontal reduction is ever needed. For each block
+//! and group of columns the weights form `bits` chunks of `4 L` bytes; in
+//! chunk `g`, lane `c` holds 4 bytes of column `c`:
+//! - 4-bit: byte `j` = `q[8g + j] | q[8g + 4 + j] << 4` with unsigned
+//!   nibbles `q = level + 8`: masking gives values `8g..8g+4`, a 4-bit shift
+//!   and mask gives `8g+4..8g+8`, each matched by a 4-byte activation
+//!   broadcast. The `+8` is removed once per block with the activation sum.
+//! - 8-bit: byte `j` = `q[4g + j]` as i8.
+//!
+//! Loop levels match the f32 family ([`crate::layout`]): panels of `t_b`
+//! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
+//! 32-value blocks, chunks, and the `t_u` column groups of a tile. The f16
+//! scales form a second stream in the same order, `L` per column group and
+//! block, so one vector op converts the scales of `L` columns.
+
+use crate::ggml::{GgmlMatrix, GgmlType, QK};
+use crate::layout::{round_up, AlignedWords};
+use half::f16;
+
+/// Geometry of one packed int8-family matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct I8Layout {
+    pub bits: u32,
+    /// Columns interleaved per vector (i32 lanes).
+    pub lanes: usize,
+    pub t_u: usize,
+    /// K block, values (multiple of 32).
+    pub m_b: usize,
+    /// Panel width, columns (multiple of `lanes * t_u`).
+    pub t_b: usize,
+    pub k: usize,
+    pub n: usize,
+    pub k_pad: usize,
+    pub n_pad: usize,
+}
+
+/// Weights and scales in an [`I8Layout`].
+#[derive(Clone, Debug, Default)]
+pub struct I8Packed {
+    /// Weight bytes (in 64-byte aligned words).
+    pub w: AlignedWords,
+    /// f16 scales, as bits.
+    pub sc: Vec<u16>,
+}
+
+impl I8Layout {
+    pub fn new(bits: u32, lanes: usize, t_u: usize, m_b: usize, t_b: usize, k: usize, n: usize) -> I8Layout {
+        assert!(bits == 4 || bits == 8, "int8 family: 4 or 8 bits");
+        let tw = lanes * t_u;
+        assert!(m_b.is_multiple_of(QK) && t_b.is_multiple_of(tw), "blocks must be whole tiles and 32-blocks");
+        I8Layout {
+            bits,
+            lanes,
+            t_u,
+            m_b,
+            t_b,
+            k,
+            n,
+            k_pad: round_up(k.max(1), QK),
+            n_pad: round_up(n.max(1), tw),
+        }
+    }
+
+    pub fn tile_width(&self) -> usize {
+        self.lanes * self.t_u
+    }
+
+    /// 32-value blocks along the padded K.
+    pub fn blocks(&self) -> usize {
+        self.k_pad / QK
+    }
+
+    /// Weight bytes of one column in one block.
+    pub fn block_bytes(&self) -> usize {
+        4 * self.bits as usize
+    }
+
+    pub fn panels(&self) -> usize {
+        self.n_pad.div_ceil(self.t_b)
+    }
+
+    pub fn k_blocks(&self) -> usize {
+        self.k_pad.div_ceil(self.m_b)
+    }
+
+    pub fn panel_width(&self, panel: usize) -> usize {
+        self.t_b.min(self.n_pad - panel * self.t_b)
+    }
+
+    /// Packed weight bytes.
+    pub fn bytes(&self) -> usize {
+        self.n_pad * self.blocks() * self.block_bytes()
+    }
+
+    /// Offsets of `(panel, k_block, tile)`: (weight byte, scale index, blocks).
+    pub fn tile_offset(&self, panel: usize, kb: usize, tile: usize) -> (usize, usize, usize) {
+        let per_kb = self.m_b / QK;
+        let nb = per_kb.min(self.blocks() - kb * per_kb);
+        let pw = self.panel_width(panel);
+        let cols_before = panel * self.t_b * self.blocks() + kb * per_kb * pw + tile * self.tile_width() * nb;
+        (cols_before * self.block_bytes(), cols_before, nb)
+    }
+
+    /// Repacks GGUF Q4_0 / Q8_0 blocks (`src.k == self.k`, `src.n == self.n`).
+    pub fn repack(&self, src: &GgmlMatrix) -> I8Packed {
+        let want = if self.bits == 4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+        assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
+        let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
+        let bytes = w.as_bytes_mut();
+        // Padding columns keep scale 0, so whatever their levels they add 0.
+        let mut sc = vec![0u16; self.n_pad * self.blocks()];
+        let tw = self.tile_width();
+        let l = self.lanes;
+        let src_blocks = src.k / QK;
+        for panel in 0..self.panels() {
+            for kb in 0..self.k_blocks() {
+                for tile in 0..self.panel_width(panel) / tw {
+                    let (off, soff, nb) = self.tile_offset(panel, kb, tile);
+                    let c0 = panel * self.t_b + tile * tw;
+                    for b in 0..nb {
+                        let blk = kb * (self.m_b / QK) + b;
+                        for col in 0..tw {
+                            let j = c0 + col;
+                            let (t, lane) = (col / l, col % l);
+                            sc[soff + b * tw + t * l + lane] = if j < self.n && blk < src_blocks {
+                                u16::from_le_bytes([src.block(j, blk)[0], src.block(j, blk)[1]])
+                            } else {
+                                0
+                            };
+                            let levels: [u8; QK] = if j < self.n && blk < src_blocks {
+                                block_levels(src.dtype, src.block(j, blk))
+                            } else if self.bits == 4 {
+                                [8; QK]
+                            } else {
+                                [0; QK]
+                            };
+                            let base = off + b * self.bits as usize * self.t_u * 4 * l;
+                            for g in 0..self.bits as usize {
+                                let chunk = base + (g * self.t_u + t) * 4 * l + lane * 4;
+                                for jj in 0..4 {
+                                    bytes[chunk + jj] = if self.bits == 4 {
+                                        levels[8 * g + jj] | (levels[8 * g + 4 + jj] << 4)
+                                    } else {
+                                        levels[4 * g + jj]
+                                    };
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        I8Packed { w, sc }
+    }
+}
+
+/// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
+/// i8 bit patterns for Q8_0.
+fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
+    let mut out = [0u8; QK];
+    match dtype {
+        GgmlType::Q4_0 => {
+            for i in 0..16 {
+                out[i] = block[2 + i] & 0x0F;
+                out[i + 16] = block[2 + i] >> 4;
+            }
+        }
+        GgmlType::Q8_0 => out.copy_from_slice(&block[2..2 + QK]),
+        _ => unreachable!("only quantized blocks are repacked"),
+    }
+    out
+}
+
+/// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
+/// levels, `m x blocks` scales, and `m x blocks` corrections
+/// `bias * sum(q)` (bias 8 for the unsigned 4-bit nibbles, 0 for 8-bit).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QuantizedActivations {
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub c: Vec<i32>,
+}
+
+/// Quantizes `m` rows of `x` (`m x k`) for a `bits`-bit weight kernel, with
+/// each row padded to `k_pad`. `perm` reorders the K values.
+pub fn quantize_activations(x: &[f32], m: usize, k: usize, k_pad: usize, bits: u32) -> QuantizedActivations {
+    let blocks = k_pad / QK;
+    let bias = if bits == 4 { 8 } else { 0 };
+    let mut out = QuantizedActivations { q: vec![0; m * k_pad], d: vec![0.0; m * blocks], c: vec![0; m * blocks] };
+    let mut buf = [0f32; QK];
+    for r in 0..m {
+        for b in 0..blocks {
+            let lo = b * QK;
+            let hi = (lo + QK).min(k);
+            buf.fill(0.0);
+            if lo < k {
+                buf[..hi - lo].copy_from_slice(&x[r * k + lo..r * k + hi]);
+            }
+            let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (i, v) in buf.iter().enumerate() {
+                let q = (v * id).round().clamp(-127.0, 127.0) as i8;
+                out.q[r * k_pad + lo + i] = q;
+                sum += q as i32;
+            }
+            out.d[r * blocks + b] = d;
+            out.c[r * blocks + b] = bias * sum;
+        }
+    }
+    out
+}
+
+/// The oracle for the int8 family: `y = x W` with the activations exactly as
+/// quantized in `xa` (`m` rows), integer dot products per block, scaled and
+/// summed in f64. Returns `m x n`.
+pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<f64> {
+    let k_pad = round_up(w.k, QK);
+    let blocks = w.k / QK;
+    let xb = k_pad / QK;
+    let mut y = vec![0f64; m * w.n];
+    for j in 0..w.n {
+        for b in 0..blocks {
+            let block = w.block(j, b);
+            let dw = f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f64();
+            let levels = block_levels(w.dtype, block);
+            for r in 0..m {
+                let mut dot = 0i64;
+                for i in 0..QK {
+                    let qw = match w.dtype {
+                        GgmlType::Q4_0 => levels[i] as i64 - 8,
+                        _ => levels[i] as i8 as i64,
+                    };
+                    dot += qw * xa.q[r * k_pad + b * QK + i] as i64;
+                }
+                y[r * w.n + j] += dw * xa.d[r * xb + b] as f64 * dot as f64;
+            }
+        }
+    }
+    y
+}
+
+/// Quantizes f32 weights (`k x n` row-major, `y = x W`) to symmetric `bits`
+/// levels with one scale per `group` values along K (32: exactly GGUF Q4_0 /
+/// Q8_0; larger groups put the group's scale in each of its 32-blocks), K
+/// padded with zeros to a multiple of 32.
+pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize) -> GgmlMatrix {
+    assert!(bits == 4 || bits == 8);
+    assert!(group.is_multiple_of(QK) && group > 0);
+    assert_eq!(w.len(), k * n);
+    let k_pad = round_up(k.max(1), QK);
+    if group == QK {
+        // Exactly the reference quantizers, on K padded with zero rows.
+        let mut wp = w.to_vec();
+        wp.resize(k_pad * n, 0.0);
+        return if bits == 4 {
+            GgmlMatrix::quantize_q4_0(&wp, k_pad, n)
+        } else {
+            GgmlMatrix::quantize_q8_0(&wp, k_pad, n)
+        };
+    }
+    let mut wt = vec![0f32; n * k_pad];
+    for i in 0..k {
+        for j in 0..n {
+            wt[j * k_pad + i] = w[i * n + j];
+        }
+    }
+    let dtype = if bits == 4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+    let blocks = k_pad / QK;
+    let block_bytes = dtype.block_bytes();
+    let mut data = vec![0u8; n * blocks * block_bytes];
+    for j in 0..n {
+        let row = &wt[j * k_pad..(j + 1) * k_pad];
+        for g0 in (0..k_pad).step_by(group) {
+            let vals = &row[g0..(g0 + group).min(k_pad)];
+            // Q4_0 convention: the value of largest magnitude maps to -8.
+            let (amax, max) = vals.iter().fold((0f32, 0f32), |(a, m), &v| if v.abs() > a { (v.abs(), v) } else { (a, m) });
+            let d = if bits == 4 { max / -8.0 } else { amax / 127.0 };
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            let dh = f16::from_f32(d).to_bits().to_le_bytes();
+            for b in (g0 / QK)..((g0 + vals.len()) / QK) {
+                let out = &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
+                out[..2].copy_from_slice(&dh);
+                let v = &row[b * QK..(b + 1) * QK];
+                if bits == 4 {
+                    for i in 0..16 {
+                        let lo = ((v[i] * id + 8.5) as i32).clamp(0, 15) as u8;
+                        let hi = ((v[i + 16] * id + 8.5) as i32).clamp(0, 15) as u8;
+                        out[2 + i] = lo | (hi << 4);
+                    }
+                } else {
+                    for i in 0..QK {
+                        out[2 + i] = (v[i] * id).round().clamp(-127.0, 127.0) as i8 as u8;
+                    }
+                }
+            }
+        }
+    }
+    GgmlMatrix { k: k_pad, n, dtype, data }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::Rng;
+
+    #[test]
+    fn tile_offsets_cover_the_bytes_once() {
+        let l = I8Layout::new(4, 8, 2, 64, 48, 200, 40);
+        let mut seen = vec![0u8; l.bytes()];
+        for p in 0..l.panels() {
+            for kb in 0..l.k_blocks() {
+                for t in 0..l.panel_width(p) / l.tile_width() {
+                    let (off, _, nb) = l.tile_offset(p, kb, t);
+                    for s in &mut seen[off..off + nb * l.tile_width() * l.block_bytes()] {
+                        *s += 1;
+                    }
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1));
+    }
+
+    #[test]
+    fn activations_round_trip_within_half_a_step() {
+        let x = Rng::new(2).vec_f32(2 * 70);
+        let a = quantize_activations(&x, 2, 70, 96, 4);
+        for r in 0..2 {
+            for i in 0..96 {
+                let d = a.d[r * 3 + i / 32];
+                let v = if i < 70 { x[r * 70 + i] } else { 0.0 };
+                assert!((a.q[r * 96 + i] as f32 * d - v).abs() <= 0.5 * d + 1e-7);
+            }
+            for b in 0..3 {
+                let s: i32 = a.q[r * 96 + b * 32..r * 96 + b * 32 + 32].iter().map(|&q| q as i32).sum();
+                assert_eq!(a.c[r * 3 + b], 8 * s);
+            }
+        }
+    }
+
+    #[test]
+    fn symmetric_group_32_is_exactly_q4_0_and_groups_share_scales() {
+        let (k, n) = (64, 3);
+        let w = Rng::new(5).vec_f32(k * n);
+        let a = quantize_symmetric(&w, k, n, 4, 32);
+        let mut wk = vec![0f32; k * n];
+        wk.copy_from_slice(&w);
+        assert_eq!(a, GgmlMatrix::quantize_q4_0(&wk, k, n));
+        let g = quantize_symmetric(&w, k, n, 8, 64);
+        for j in 0..n {
+            assert_eq!(g.block(j, 0)[..2], g.block(j, 1)[..2]);
+        }
+        let d = g.dequantize();
+        for (a, b) in d.iter().zip(&w) {
+            assert!((a - b).abs() < 0.02, "{a} {b}");
+        }
+    }
+}

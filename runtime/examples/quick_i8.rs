@@ -1,0 +1,22 @@
+use kgen::format::Rng;
+use kgen_runtime::{Int8Matrix, Pool, Registry};
+fn med(mut f: impl FnMut()) -> f64 {
+    let mut t: Vec<f64> = (0..31).map(|_| { let s = std::time::Instant::now(); f(); s.elapsed().as_secs_f64() }).collect();
+    t.sort_by(f64::total_cmp); t[15]
+}
+fn main() {
+    let reg = Registry::builtin();
+    let (k, n) = (4096, 4096);
+    let w = Rng::new(1).vec_f32(k * n);
+    let g = kgen::int8_layout::quantize_symmetric(&w, k, n, 4, 32);
+    let pool = Pool::new(1);
+    for isa in ["avx2", "portable"] {
+        let qm = Int8Matrix::from_ggml_isa(reg, &g, Some(isa)).unwrap();
+        for m in [1usize, 8, 32] {
+            let x = Rng::new(2).vec_f32(m * k);
+            let mut y = vec![0f32; m * n];
+            let s = med(|| qm.gemm_on(&pool, &x, m, &mut y).unwrap());
+            println!("{} m={m}: {:.3} ms {:.1} GB/s {:.1} GFLOPS", if m == 1 { qm.gemv_kernel().name } else { qm.gemm_kernel().name }, s*1e3, qm.weight_bytes() as f64 / s / 1e9, 2.0*(m*k*n) as f64/s/1e9);
+        }
+    }
+}

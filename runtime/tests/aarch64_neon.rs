@@ -1,0 +1,50 @@
+//! The default aarch64 build carries NEON kernels and the portable fallback,
+//! and dispatch prefers NEON (which every aarch64 CPU has). Run under qemu by
+//! `scripts/test-aarch64.sh`; empty on other architectures.
+
+#![cfg(target_arch = "aarch64")]
+
+use kgen_runtime::{Group, Registry};
+use std::collections::BTreeSet;
+
+/// A build with `KGEN_TARGETS` set holds whatever it names.
+fn default_build() -> bool {
+    option_env!("KGEN_TARGETS").is_none()
+}
+
+#[test]
+fn neon_first_then_portable_for_every_format() {
+    if !default_build() {
+        eprintln!("KGEN_TARGETS set at build time: skipped");
+        return;
+    }
+    assert!(std::arch::is_aarch64_feature_detected!("neon"));
+    let reg = Registry::builtin();
+    let formats: BTreeSet<(u32, usize)> = reg.all().iter().map(|e| (e.bits, e.group)).collect();
+    assert!(!formats.is_empty());
+    for (bits, g) in formats {
+        let group = if g == 0 {
+            Group::Column
+        } else {
+            Group::Size(g)
+        };
+        for gemm in [false, true] {
+            let runnable = reg.runnable(bits, group, gemm);
+            let isas: Vec<&str> = runnable.iter().map(|e| e.isa).collect();
+            assert_eq!(isas, ["neon", "portable"], "{bits}-bit g{g} gemm {gemm}");
+            let neon = &runnable[0];
+            assert_eq!(
+                (neon.target, neon.features, neon.lanes),
+                ("generic-aarch64", &["neon"][..], 4),
+                "{}",
+                neon.name
+            );
+            assert!(neon.name.ends_with("__neon"), "{}", neon.name);
+            let portable = &runnable[1];
+            assert_eq!(portable.target, "generic-aarch64-portable");
+            assert!(portable.features.is_empty());
+        }
+        let (gemv, gemm) = reg.select_isa(bits, group, None).unwrap();
+        assert_eq!((gemv.isa, gemm.isa), ("neon", "neon"));
+    }
+}

@@ -1,0 +1,108 @@
+// kgen template: int8-activation family, ISA avx512vnni (+ avx512f, avx512bw).
+//
+// Primitives the int8 kernels are unrolled from. One i32 lane per output
+// column (16 per vector): vpdpbusd adds 4 byte products into each lane, so no
+// horizontal reduction is ever needed.
+use core::arch::x86_64::*;
+
+/// f32 vector (16 columns).
+pub type F = __m512;
+/// Integer vector: 16 i32 lanes, or 64 bytes (4 per column).
+pub type I = __m512i;
+
+#[inline(always)]
+pub unsafe fn zero_f() -> F {
+    _mm512_setzero_ps()
+}
+
+#[inline(always)]
+pub unsafe fn zero_i() -> I {
+    _mm512_setzero_si512()
+}
+
+#[inline(always)]
+pub unsafe fn loadf(p: *const f32) -> F {
+    _mm512_loadu_ps(p)
+}
+
+#[inline(always)]
+pub unsafe fn storef(p: *mut f32, v: F) {
+    _mm512_storeu_ps(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn splatf(p: *const f32) -> F {
+    _mm512_set1_ps(*p)
+}
+
+#[inline(always)]
+pub unsafe fn fmaf(a: F, b: F, c: F) -> F {
+    _mm512_fmadd_ps(a, b, c)
+}
+
+#[inline(always)]
+pub unsafe fn mulf(a: F, b: F) -> F {
+    _mm512_mul_ps(a, b)
+}
+
+/// 64 weight bytes: 4 of each of 16 columns.
+#[inline(always)]
+pub unsafe fn loadb(p: *const u8) -> I {
+    _mm512_loadu_si512(p as *const _)
+}
+
+#[inline(always)]
+pub unsafe fn nib_lo(w: I) -> I {
+    _mm512_and_si512(w, _mm512_set1_epi8(0x0F))
+}
+
+#[inline(always)]
+pub unsafe fn nib_hi(w: I) -> I {
+    _mm512_and_si512(_mm512_srli_epi16::<4>(w), _mm512_set1_epi8(0x0F))
+}
+
+#[inline(always)]
+pub unsafe fn bcast4(p: *const i8) -> I {
+    _mm512_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// acc + per-lane sum of 4 products of unsigned `w` and signed `x` bytes.
+#[inline(always)]
+pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
+    _mm512_dpbusd_epi32(acc, w, x)
+}
+
+/// acc + both dot products (two vpdpbusd).
+#[inline(always)]
+pub unsafe fn dot_u2(acc: I, w1: I, x1: I, w2: I, x2: I) -> I {
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, w1, x1), w2, x2)
+}
+
+/// Signed x signed: |w| times x negated where w is negative.
+#[inline(always)]
+pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
+    let neg = _mm512_movepi8_mask(w);
+    let xs = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
+    _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), xs)
+}
+
+#[inline(always)]
+pub unsafe fn splati(p: *const i32) -> I {
+    _mm512_set1_epi32(*p)
+}
+
+#[inline(always)]
+pub unsafe fn subi(a: I, b: I) -> I {
+    _mm512_sub_epi32(a, b)
+}
+
+#[inline(always)]
+pub unsafe fn cvti(a: I) -> F {
+    _mm512_cvtepi32_ps(a)
+}
+
+/// 16 f16 scales (one per column) to f32 in one instruction.
+#[inline(always)]
+pub unsafe fn scales(p: *const u16) -> F {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}

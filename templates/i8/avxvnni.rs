@@ -1,0 +1,110 @@
+// kgen template: int8-activation family, ISA avxvnni (+ avx2, fma, f16c).
+//
+// Primitives the int8 kernels are unrolled from. One i32 lane per output
+// column: `dot_u` / `dot_s` add 4 byte products into each lane with
+// vpdpbusd (VEX), so no horizontal reduction is ever needed.
+use core::arch::x86_64::*;
+
+/// f32 vector (8 columns).
+pub type F = __m256;
+/// Integer vector: 8 i32 lanes, or 32 bytes (4 per column).
+pub type I = __m256i;
+
+#[inline(always)]
+pub unsafe fn zero_f() -> F {
+    _mm256_setzero_ps()
+}
+
+#[inline(always)]
+pub unsafe fn zero_i() -> I {
+    _mm256_setzero_si256()
+}
+
+#[inline(always)]
+pub unsafe fn loadf(p: *const f32) -> F {
+    _mm256_loadu_ps(p)
+}
+
+#[inline(always)]
+pub unsafe fn storef(p: *mut f32, v: F) {
+    _mm256_storeu_ps(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn splatf(p: *const f32) -> F {
+    _mm256_broadcast_ss(&*p)
+}
+
+#[inline(always)]
+pub unsafe fn fmaf(a: F, b: F, c: F) -> F {
+    _mm256_fmadd_ps(a, b, c)
+}
+
+#[inline(always)]
+pub unsafe fn mulf(a: F, b: F) -> F {
+    _mm256_mul_ps(a, b)
+}
+
+/// 32 weight bytes: 4 of each of 8 columns.
+#[inline(always)]
+pub unsafe fn loadb(p: *const u8) -> I {
+    _mm256_loadu_si256(p as *const __m256i)
+}
+
+/// Low nibbles, as unsigned bytes.
+#[inline(always)]
+pub unsafe fn nib_lo(w: I) -> I {
+    _mm256_and_si256(w, _mm256_set1_epi8(0x0F))
+}
+
+/// High nibbles, as unsigned bytes.
+#[inline(always)]
+pub unsafe fn nib_hi(w: I) -> I {
+    _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x0F))
+}
+
+/// 4 activation bytes in every lane.
+#[inline(always)]
+pub unsafe fn bcast4(p: *const i8) -> I {
+    _mm256_set1_epi32((p as *const i32).read_unaligned())
+}
+
+/// acc + per-lane sum of 4 products of unsigned `w` and signed `x` bytes,
+/// in one non-saturating instruction.
+#[inline(always)]
+pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
+    _mm256_dpbusd_avx_epi32(acc, w, x)
+}
+
+/// acc + both dot products (two vpdpbusd).
+#[inline(always)]
+pub unsafe fn dot_u2(acc: I, w1: I, x1: I, w2: I, x2: I) -> I {
+    _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, w1, x1), w2, x2)
+}
+
+/// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.
+#[inline(always)]
+pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
+    dot_u(acc, _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+}
+
+#[inline(always)]
+pub unsafe fn splati(p: *const i32) -> I {
+    _mm256_set1_epi32(*p)
+}
+
+#[inline(always)]
+pub unsafe fn subi(a: I, b: I) -> I {
+    _mm256_sub_epi32(a, b)
+}
+
+#[inline(always)]
+pub unsafe fn cvti(a: I) -> F {
+    _mm256_cvtepi32_ps(a)
+}
+
+/// 8 f16 scales (one per column) to f32 in one instruction.
+#[inline(always)]
+pub unsafe fn scales(p: *const u16) -> F {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}

@@ -1,0 +1,156 @@
+// kgen template: int8-activation family, portable Rust.
+//
+// The same primitives as the SIMD templates on fixed-size arrays (8
+// columns); LLVM vectorises them for whatever the build targets.
+
+/// f32 vector (8 columns).
+pub type F = [f32; 8];
+/// 8 lanes of 4 bytes each (one lane per column), held as u32.
+pub type I = [u32; 8];
+
+#[inline(always)]
+pub unsafe fn zero_f() -> F {
+    [0.0; 8]
+}
+
+#[inline(always)]
+pub unsafe fn zero_i() -> I {
+    [0; 8]
+}
+
+#[inline(always)]
+pub unsafe fn loadf(p: *const f32) -> F {
+    core::ptr::read_unaligned(p as *const F)
+}
+
+#[inline(always)]
+pub unsafe fn storef(p: *mut f32, v: F) {
+    core::ptr::write_unaligned(p as *mut F, v)
+}
+
+#[inline(always)]
+pub unsafe fn splatf(p: *const f32) -> F {
+    [*p; 8]
+}
+
+/// Multiply then add, unfused: the portable path must not depend on an FMA unit.
+#[inline(always)]
+pub unsafe fn fmaf(a: F, b: F, c: F) -> F {
+    let mut r = c;
+    for i in 0..8 {
+        r[i] += a[i] * b[i];
+    }
+    r
+}
+
+#[inline(always)]
+pub unsafe fn mulf(a: F, b: F) -> F {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] *= b[i];
+    }
+    r
+}
+
+#[inline(always)]
+pub unsafe fn loadb(p: *const u8) -> I {
+    core::ptr::read_unaligned(p as *const I)
+}
+
+#[inline(always)]
+pub unsafe fn nib_lo(w: I) -> I {
+    w.map(|v| v & 0x0F0F_0F0F)
+}
+
+#[inline(always)]
+pub unsafe fn nib_hi(w: I) -> I {
+    w.map(|v| (v >> 4) & 0x0F0F_0F0F)
+}
+
+#[inline(always)]
+pub unsafe fn bcast4(p: *const i8) -> I {
+    [(p as *const u32).read_unaligned(); 8]
+}
+
+/// acc + per-lane sum of 4 products of unsigned `w` and signed `x` bytes.
+#[inline(always)]
+pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
+    let mut r = acc;
+    for i in 0..8 {
+        let (wb, xb) = (w[i].to_le_bytes(), x[i].to_le_bytes());
+        let mut s = 0i32;
+        for j in 0..4 {
+            s += wb[j] as i32 * xb[j] as i8 as i32;
+        }
+        r[i] = (r[i] as i32).wrapping_add(s) as u32;
+    }
+    r
+}
+
+/// acc + both dot products.
+#[inline(always)]
+pub unsafe fn dot_u2(acc: I, w1: I, x1: I, w2: I, x2: I) -> I {
+    dot_u(dot_u(acc, w1, x1), w2, x2)
+}
+
+/// acc + per-lane sum of 4 products of signed bytes.
+#[inline(always)]
+pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
+    let mut r = acc;
+    for i in 0..8 {
+        let (wb, xb) = (w[i].to_le_bytes(), x[i].to_le_bytes());
+        let mut s = 0i32;
+        for j in 0..4 {
+            s += wb[j] as i8 as i32 * xb[j] as i8 as i32;
+        }
+        r[i] = (r[i] as i32).wrapping_add(s) as u32;
+    }
+    r
+}
+
+#[inline(always)]
+pub unsafe fn splati(p: *const i32) -> I {
+    [*p as u32; 8]
+}
+
+#[inline(always)]
+pub unsafe fn subi(a: I, b: I) -> I {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] = (a[i] as i32).wrapping_sub(b[i] as i32) as u32;
+    }
+    r
+}
+
+#[inline(always)]
+pub unsafe fn cvti(a: I) -> F {
+    a.map(|v| v as i32 as f32)
+}
+
+/// IEEE binary16 bits to f32, exactly (normals, subnormals, zero, inf, NaN).
+#[inline(always)]
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) & 0x8000) << 16;
+    let exp = ((h >> 10) & 0x1F) as u32;
+    let man = (h & 0x3FF) as u32;
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, m) => {
+            // Subnormal: value m * 2^-24, exact in f32.
+            let v = m as f32 * (1.0 / 16_777_216.0);
+            return if sign != 0 { -v } else { v };
+        }
+        (31, m) => sign | 0x7F80_0000 | (m << 13),
+        (e, m) => sign | ((e + 112) << 23) | (m << 13),
+    };
+    f32::from_bits(bits)
+}
+
+#[inline(always)]
+pub unsafe fn scales(p: *const u16) -> F {
+    let mut r = [0f32; 8];
+    for i in 0..8 {
+        r[i] = f16_to_f32(p.add(i).read_unaligned());
+    }
+    r
+}
