@@ -20,7 +20,10 @@ const DEFAULT_F32: &[(u32, Group)] = &[
 
 fn main() {
     // Plus the int8-activation family: Q4_0 and Q8_0.
-    let defaults = Formats { f32: DEFAULT_F32.to_vec(), int8: vec![4, 8] };
+    let defaults = Formats {
+        f32: DEFAULT_F32.to_vec(),
+        int8: vec![4, 8],
+    };
     let config = kgen::build::Config::from_env(&defaults)
         .unwrap_or_else(|e| panic!("kgen build configuration: {e}"))
         .runtime_path("crate");

@@ -29,7 +29,11 @@ fn ratios(_: &mut Criterion) {
         let w = Rng::new(1).vec_f32(k * n);
         let q = quantize_symmetric(&w, k, n, 4, 32);
         let qm = Int8Matrix::from_ggml(&q).unwrap();
-        eprintln!("{k}x{n}: repack into {} took {:.2} ms", qm.gemv_kernel().name, qm.repack_seconds() * 1e3);
+        eprintln!(
+            "{k}x{n}: repack into {} took {:.2} ms",
+            qm.gemv_kernel().name,
+            qm.repack_seconds() * 1e3
+        );
         let mut wt = vec![0f32; n * k];
         for i in 0..k {
             for j in 0..n {
@@ -41,7 +45,9 @@ fn ratios(_: &mut Criterion) {
         let q40 = QMatMul::from_qtensor(QTensor::quantize(&wt, GgmlDType::Q4_0).unwrap()).unwrap();
         let q4k = QMatMul::from_qtensor(QTensor::quantize(&wt, GgmlDType::Q4K).unwrap()).unwrap();
         for threads in threads_list() {
-            // candle parallelises with rayon; give it the same thread count.
+            // candle parallelises with rayon and sizes its work by
+            // RAYON_NUM_THREADS: give it the same thread count both ways.
+            std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
             let rayon = rayon_pool(threads);
             let pool = Pool::new(threads);
             for &m in ROWS {
@@ -50,7 +56,10 @@ fn ratios(_: &mut Criterion) {
                 let mut y = vec![0f32; m * n];
                 let reps = if m >= 32 { 9 } else { 25 };
                 let flops = 2.0 * (m * k * n) as f64;
-                let mut line = format!("RATIO op={} shape={k}x{n} m={m} threads={threads}", if m == 1 { "gemv" } else { "gemm" });
+                let mut line = format!(
+                    "RATIO op={} shape={k}x{n} m={m} threads={threads}",
+                    if m == 1 { "gemv" } else { "gemm" }
+                );
                 let mut kgen_best = f64::INFINITY;
                 for (label, peer) in [("candle_q4_0", &q40), ("candle_q4k", &q4k)] {
                     let (tk, tc) = paired_medians(
@@ -61,18 +70,39 @@ fn ratios(_: &mut Criterion) {
                         },
                     );
                     kgen_best = kgen_best.min(tk);
-                    line.push_str(&format!(" {label}_gflops={:.1} ratio_vs_{label}={:.2}", flops / tc / 1e9, tc / tk));
+                    line.push_str(&format!(
+                        " {label}_gflops={:.1} ratio_vs_{label}={:.2}",
+                        flops / tc / 1e9,
+                        tc / tk
+                    ));
                 }
-                let kernel = if m == 1 { qm.gemv_kernel().name } else { qm.gemm_kernel().name };
-                let gbs = if m == 1 { format!(" kgen_gbs={:.1}", qm.weight_bytes() as f64 / kgen_best / 1e9) } else { String::new() };
-                println!("{line} kgen_gflops={:.1}{gbs} kernel={kernel}", flops / kgen_best / 1e9);
+                let kernel = if m == 1 {
+                    qm.gemv_kernel().name
+                } else {
+                    qm.gemm_kernel().name
+                };
+                let gbs = if m == 1 {
+                    format!(
+                        " kgen_gbs={:.1}",
+                        qm.weight_bytes() as f64 / kgen_best / 1e9
+                    )
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{line} kgen_gflops={:.1}{gbs} kernel={kernel}",
+                    flops / kgen_best / 1e9
+                );
             }
         }
     }
 }
 
 fn rayon_pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// GEMV over 8 matrices of 11008x4096 (about 200 MB of Q4_0, far beyond L3),
@@ -83,7 +113,16 @@ fn beyond_l3(_: &mut Criterion) {
     let bw = kgen_benches::read_bandwidth_threads_gbs(512 << 20, threads);
     let (k, n) = (4096, 11008);
     let mats: Vec<Int8Matrix> = (0..8)
-        .map(|s| Int8Matrix::from_ggml(&quantize_symmetric(&Rng::new(s).vec_f32(k * n), k, n, 4, 32)).unwrap())
+        .map(|s| {
+            Int8Matrix::from_ggml(&quantize_symmetric(
+                &Rng::new(s).vec_f32(k * n),
+                k,
+                n,
+                4,
+                32,
+            ))
+            .unwrap()
+        })
         .collect();
     let x = Rng::new(9).vec_f32(k);
     let mut y = vec![0f32; n];
@@ -118,7 +157,9 @@ fn criterion_groups(c: &mut Criterion) {
                     g.throughput(Throughput::Elements((2 * m * k * n) as u64));
                 }
                 let id = BenchmarkId::new(format!("t{threads}/m{m}"), format!("{k}x{n}"));
-                g.bench_function(id, |b| b.iter(|| qm.gemm_on(&pool, black_box(&x), m, &mut y).unwrap()));
+                g.bench_function(id, |b| {
+                    b.iter(|| qm.gemm_on(&pool, black_box(&x), m, &mut y).unwrap())
+                });
             }
         }
     }

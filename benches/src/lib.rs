@@ -58,7 +58,9 @@ pub fn read_bandwidth_gbs(bytes: usize) -> f64 {
 /// `bytes` (GB/s, median of several passes).
 pub fn read_bandwidth_threads_gbs(bytes: usize, threads: usize) -> f64 {
     let per = bytes / threads / 8;
-    let bufs: Vec<Vec<u64>> = (0..threads).map(|t| (0..per).map(|i| (i + t) as u64).collect()).collect();
+    let bufs: Vec<Vec<u64>> = (0..threads)
+        .map(|t| (0..per).map(|i| (i + t) as u64).collect())
+        .collect();
     let secs = median_secs(7, 1, || {
         std::thread::scope(|s| {
             for b in &bufs {

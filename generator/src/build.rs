@@ -105,7 +105,10 @@ pub struct Formats {
 /// Parses `4:32,3:128,8:col,q4_0,q8_0` (or `all`) into formats.
 pub fn parse_specs(s: &str) -> Result<Formats, Error> {
     if s.trim() == "all" {
-        return Ok(Formats { f32: all_specs(), int8: vec![4, 8] });
+        return Ok(Formats {
+            f32: all_specs(),
+            int8: vec![4, 8],
+        });
     }
     let mut out = Formats::default();
     for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -266,7 +269,10 @@ impl Config {
             inputs.push(target::targets_dir().join(format!("{name}.toml")));
             let module = format_ident!("{}", rust_ident(&t.name));
             let mut files = TokenStream::new();
-            let f32_isa = Isa::for_target(&t).first().map(|i| i.name).unwrap_or("portable");
+            let f32_isa = Isa::for_target(&t)
+                .first()
+                .map(|i| i.name)
+                .unwrap_or("portable");
             let do_f32 = seen.insert(("f32", f32_isa));
             for &(bits, group) in self.specs.iter().filter(|_| do_f32) {
                 let mut req =
@@ -307,12 +313,16 @@ impl Config {
                     let gemv = crate::int8::plan(&spec, &isa, &t, (4096, 4096))?;
                     let gemm = crate::int8::plan_gemm_sharing(&gemv, self.gemm_m, &t);
                     let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
-                    let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
+                    let command =
+                        format!("kgen --target {} --format {}", t.name, spec.format_tag());
                     let text = crate::int8::emit_file(&t, &[gemv.clone(), gemm.clone()], &command)?;
                     crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
                     files.extend(quote! { include!(#file_name); });
                     let detect = format_ident!("detect_i8_{}", isa.name);
-                    detectors.insert(detect.to_string(), detector_for(isa.arch, isa.features, &detect));
+                    detectors.insert(
+                        detect.to_string(),
+                        detector_for(isa.arch, isa.features, &detect),
+                    );
                     for p in [&gemv, &gemm] {
                         pushes_i8.extend(entry_i8(&self.runtime_path, &t, &module, p, &detect));
                     }
@@ -399,7 +409,11 @@ pub(crate) fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
 
 /// A run-time detection function for `features` on `arch` (always true for
 /// the portable ISA).
-pub(crate) fn detector_for(arch: Option<Arch>, features: &[&str], name: &syn::Ident) -> TokenStream {
+pub(crate) fn detector_for(
+    arch: Option<Arch>,
+    features: &[&str],
+    name: &syn::Ident,
+) -> TokenStream {
     match arch {
         None => quote! { fn #name() -> bool { true } },
         Some(Arch::X86_64) => quote! {
@@ -459,7 +473,13 @@ pub(crate) fn entry(
     }
 }
 
-fn entry_i8(rt: &str, t: &TargetDesc, module: &syn::Ident, p: &crate::int8::I8Plan, detect: &syn::Ident) -> TokenStream {
+fn entry_i8(
+    rt: &str,
+    t: &TargetDesc,
+    module: &syn::Ident,
+    p: &crate::int8::I8Plan,
+    detect: &syn::Ident,
+) -> TokenStream {
     let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
     let k = format_ident!("{}", p.kernel_name());
     let target_name = &t.name;

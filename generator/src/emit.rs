@@ -177,7 +177,9 @@ impl Geometry {
             vpu: s.values_per_unit(),
             wpu: s.words_per_unit(),
             upg: s.group.size().map(|g| g / s.values_per_unit()),
-            features: Isa::by_name(plan.isa).map(|i| i.feature_names()).unwrap_or_default(),
+            features: Isa::by_name(plan.isa)
+                .map(|i| i.feature_names())
+                .unwrap_or_default(),
         }
     }
 
@@ -615,7 +617,8 @@ pub(crate) fn fn_attrs(features: &[&str]) -> TokenStream {
 /// `unsafe fn`s: templates are written feature-agnostic, with `#[inline(always)]`.
 pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn::Item> {
     let attrs = fn_attrs(features);
-    let parsed: syn::ItemFn = syn::parse2(quote! { #attrs fn __x() {} }).expect("attribute tokens parse");
+    let parsed: syn::ItemFn =
+        syn::parse2(quote! { #attrs fn __x() {} }).expect("attribute tokens parse");
     template
         .items
         .iter()

@@ -134,10 +134,13 @@ impl I8Spec {
     }
 }
 
-/// Tile of the int8 family: `t_u` column groups of `lanes`, `m_r` rows.
+/// Tile of the int8 family: `t_u` column groups of `lanes` in the packed
+/// layout; the micro kernel covers `t_sub` of them (a divisor of `t_u`) for
+/// `m_r` rows, so a GEMM can trade columns for rows on the GEMV's layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct I8Tile {
     pub t_u: usize,
+    pub t_sub: usize,
     pub m_r: usize,
 }
 
@@ -169,7 +172,7 @@ impl I8Plan {
             self.spec.format_tag(),
             self.spec.op.name(),
             self.tile.m_r,
-            self.tile.t_u * self.lanes,
+            self.tile.t_sub * self.lanes,
             self.isa
         )
     }
@@ -179,8 +182,12 @@ impl I8Plan {
 /// weight vectors (and their high nibbles), two activation broadcasts, and
 /// the nibble mask and the word of ones.
 pub fn registers(spec: &I8Spec, tile: I8Tile) -> usize {
-    let weights = if spec.bits == 4 { 2 * tile.t_u } else { tile.t_u };
-    2 * tile.t_u * tile.m_r + weights + 2 + 2
+    let weights = if spec.bits == 4 {
+        2 * tile.t_sub
+    } else {
+        tile.t_sub
+    };
+    2 * tile.t_sub * tile.m_r + weights + 2 + 2
 }
 
 /// eq. 5 for this family, in bits: int8 activations, weights with their
@@ -191,16 +198,38 @@ pub fn l1_bits(spec: &I8Spec, m_r: usize, m_b: usize, t_b: usize) -> u64 {
 }
 
 /// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
-pub fn predict(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile, k: usize, n: usize) -> (f64, f64) {
-    let (t_u, m_r) = (tile.t_u as f64, tile.m_r as f64);
+pub fn predict(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    tile: I8Tile,
+    k: usize,
+    n: usize,
+) -> (f64, f64) {
+    let (t_u, m_r) = (tile.t_sub as f64, tile.m_r as f64);
     let chunks = spec.bits as f64; // 4-byte chunks per column per block
-    let dot = if spec.bits == 4 { isa.dot_uops } else { isa.dot_uops + isa.signed_extra };
+    let dot = if spec.bits == 4 {
+        isa.dot_uops
+    } else {
+        isa.dot_uops + isa.signed_extra
+    };
     // Per block of one tile.
-    let unpack = if spec.bits == 4 { 3.0 * t_u * chunks / 2.0 } else { 0.0 };
-    // 4-bit: one dot_u2 per chunk (both nibbles); counted as 2/3 of two dot_u
-    // on maddubs ISAs (the i16 add saves a madd and an add).
-    let pair = if isa.dot_uops > 1.0 { 5.0 / 3.0 } else { 2.0 };
-    let dots = if spec.bits == 4 { pair * chunks } else { chunks } * t_u * m_r * dot;
+    let unpack = if spec.bits == 4 {
+        3.0 * t_u * chunks / 2.0
+    } else {
+        0.0
+    };
+    // 4-bit: two pair_acc per chunk (both nibbles): maddubs + i16 add on
+    // maddubs ISAs (2 of the 3 uops of a dot_u), plus one widening madd per block.
+    let pair = if isa.dot_uops > 1.0 { 2.0 / 3.0 } else { 1.0 };
+    let widen = if isa.dot_uops > 1.0 { 1.0 / 3.0 } else { 0.0 };
+    let dots = if spec.bits == 4 {
+        2.0 * pair * chunks + widen
+    } else {
+        chunks
+    } * t_u
+        * m_r
+        * dot;
     let fold = t_u * m_r * 4.0 + t_u; // sub, cvt, mul, fma; scale convert
     let vec_uops = unpack + dots + fold;
     // Weight chunks, activation broadcasts (two per 4-bit chunk, one per
@@ -211,7 +240,7 @@ pub fn predict(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile, k: usiz
     let cycles = (vec_uops / units)
         .max(loads / t.core.load_units.max(1) as f64)
         .max(dot_calls / t.core.dot_units.max(1) as f64);
-    let tw = (isa.lanes * tile.t_u) as f64;
+    let tw = (isa.lanes * tile.t_sub) as f64;
     let bytes = tw * (4.0 * chunks + 2.0);
     let rows = spec.op.rows() as f64;
     let passes = (rows / m_r).ceil();
@@ -228,7 +257,12 @@ const MAX_M_R: usize = 8;
 /// Plans an int8 kernel: the fastest register-feasible tile by the model,
 /// ties to wider tiles, then the fullest L1 block (eq. 5 for this family)
 /// with balanced traffic, as for the f32 family.
-pub fn plan(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, shape: (usize, usize)) -> Result<I8Plan, crate::planner::PlanError> {
+pub fn plan(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    shape: (usize, usize),
+) -> Result<I8Plan, crate::planner::PlanError> {
     if !isa.runs_on(t) {
         return Err(crate::planner::PlanError(format!(
             "int8 ISA {} needs {:?}, which target {} does not list",
@@ -242,21 +276,29 @@ pub fn plan(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, shape: (usize, usize)) -
     let mut best: Option<(f64, I8Tile)> = None;
     for m_r in 1..=max_rows {
         for t_u in 1..=8 {
-            let tile = I8Tile { t_u, m_r };
+            let tile = I8Tile {
+                t_u,
+                t_sub: t_u,
+                m_r,
+            };
             if registers(spec, tile) > isa.registers {
                 continue;
             }
             let (gbs, _) = predict(spec, isa, t, tile, shape.0, shape.1);
             let better = match best {
                 None => true,
-                Some((g, b)) => gbs > g * 1.0001 || ((gbs - g).abs() <= g * 1e-4 && (t_u * m_r) > (b.t_u * b.m_r)),
+                Some((g, b)) => {
+                    gbs > g * 1.0001
+                        || ((gbs - g).abs() <= g * 1e-4 && (t_u * m_r) > (b.t_u * b.m_r))
+                }
             };
             if better {
                 best = Some((gbs, tile));
             }
         }
     }
-    let (_, tile) = best.ok_or_else(|| crate::planner::PlanError(format!("no int8 tile fits {}", isa.name)))?;
+    let (_, tile) =
+        best.ok_or_else(|| crate::planner::PlanError(format!("no int8 tile fits {}", isa.name)))?;
     let gamma = t.cache.l1d * 8;
     let tw = isa.lanes * tile.t_u;
     let max_m_b = round_up(shape.0.max(1), QK);
@@ -281,7 +323,9 @@ pub fn plan(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, shape: (usize, usize)) -
         .filter(|b| b.0 as f64 >= 0.97 * max_lhs as f64)
         .min_by(|a, b| traffic(a).total_cmp(&traffic(b)).then(b.0.cmp(&a.0)))
         .copied()
-        .ok_or_else(|| crate::planner::PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024)))?;
+        .ok_or_else(|| {
+            crate::planner::PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024))
+        })?;
     let (gbs, gflops) = predict(spec, isa, t, tile, shape.0, shape.1);
     Ok(I8Plan {
         target: t.name.clone(),
@@ -302,24 +346,43 @@ pub fn plan(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, shape: (usize, usize)) -
 }
 
 /// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed
-/// matrix serves both; only m_r is chosen.
+/// matrix serves both; the micro tile (t_sub column groups x m_r rows) is
+/// the model's best that fits the registers with one to spare (at the exact
+/// limit LLVM spills accumulators).
 pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
     let isa = I8Isa::by_name(gemv.isa).expect("planned ISA");
-    let spec = I8Spec { op: Op::Gemm { m }, bits: gemv.spec.bits };
-    let mut m_r = 1;
-    for r in 1..=m.min(MAX_M_R) {
-        // One register of slack: at the exact limit LLVM spills accumulators.
-        if registers(&spec, I8Tile { t_u: gemv.tile.t_u, m_r: r }) < isa.registers {
-            m_r = r;
+    let spec = I8Spec {
+        op: Op::Gemm { m },
+        bits: gemv.spec.bits,
+    };
+    let t_u = gemv.tile.t_u;
+    let mut best = (
+        0.0,
+        I8Tile {
+            t_u,
+            t_sub: t_u,
+            m_r: 1,
+        },
+    );
+    for t_sub in (1..=t_u).filter(|d| t_u.is_multiple_of(*d)) {
+        for m_r in 1..=m.min(MAX_M_R) {
+            let tile = I8Tile { t_u, t_sub, m_r };
+            if registers(&spec, tile) >= isa.registers {
+                continue;
+            }
+            let (_, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
+            if gflops > best.0 * 1.0001 {
+                best = (gflops, tile);
+            }
         }
     }
-    let tile = I8Tile { t_u: gemv.tile.t_u, m_r };
+    let tile = best.1;
     let (gbs, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
     I8Plan {
         spec,
         tile,
         registers: registers(&spec, tile),
-        l1_bits: l1_bits(&spec, m_r, gemv.m_b, gemv.t_b),
+        l1_bits: l1_bits(&spec, tile.m_r, gemv.m_b, gemv.t_b),
         gbs,
         gflops,
         ..gemv.clone()
@@ -331,32 +394,71 @@ fn lit(v: usize) -> Literal {
 }
 
 /// Emits the int8 kernels of `plans` (all for `target`) as one file.
-pub fn emit_file(target: &TargetDesc, plans: &[I8Plan], command: &str) -> Result<String, EmitError> {
+pub fn emit_file(
+    target: &TargetDesc,
+    plans: &[I8Plan],
+    command: &str,
+) -> Result<String, EmitError> {
     let mut items = TokenStream::new();
     for p in plans {
         items.extend(kernel_module(p)?);
     }
-    let file: syn::File =
-        syn::parse2(items).map_err(|e| EmitError(format!("emitted int8 code does not parse: {e}")))?;
+    let file: syn::File = syn::parse2(items)
+        .map_err(|e| EmitError(format!("emitted int8 code does not parse: {e}")))?;
     let mut h = String::new();
-    let _ = writeln!(h, "// @generated by kgen {} -- DO NOT EDIT.", crate::VERSION);
+    let _ = writeln!(
+        h,
+        "// @generated by kgen {} -- DO NOT EDIT.",
+        crate::VERSION
+    );
     let _ = writeln!(h, "// Regenerate with: {command}");
     let _ = writeln!(h, "//");
-    let _ = writeln!(h, "// target: {} ({}; {})", target.name, target.description, target.arch.cfg_name());
-    let _ = writeln!(h, "// family: int8 activations (Q8_0-like, per 32-block), symmetric weights with f16 scales");
+    let _ = writeln!(
+        h,
+        "// target: {} ({}; {})",
+        target.name,
+        target.description,
+        target.arch.cfg_name()
+    );
+    let _ = writeln!(
+        h,
+        "// family: int8 activations (Q8_0-like, per 32-block), symmetric weights with f16 scales"
+    );
     for p in plans {
         let isa = I8Isa::by_name(p.isa).expect("plan ISA");
         let _ = writeln!(h, "//");
         let _ = writeln!(h, "// kernel {}", p.kernel_name());
-        let _ = writeln!(h, "//   format:   {} ({}), op {}", p.spec.format_tag(), if p.spec.bits == 4 { "4-bit, nibbles + 8" } else { "8-bit signed" }, p.spec.op.name());
-        let _ = writeln!(h, "//   template: {} (family int8, ISA {})", isa.template_path, isa.name);
         let _ = writeln!(
             h,
-            "//   plan:     t_u={} m_r={} interleave={} columns m_b={} t_b={}",
-            p.tile.t_u, p.tile.m_r, p.lanes, p.m_b, p.t_b
+            "//   format:   {} ({}), op {}",
+            p.spec.format_tag(),
+            if p.spec.bits == 4 {
+                "4-bit, nibbles + 8"
+            } else {
+                "8-bit signed"
+            },
+            p.spec.op.name()
         );
-        let _ = writeln!(h, "//   registers {} <= {}; L1 {} of {} bits", p.registers, p.register_limit, p.l1_bits, p.l1_gamma);
-        let _ = writeln!(h, "//   model:    {:.1} GB/s of weights, {:.1} GFLOPS on one core", p.gbs, p.gflops);
+        let _ = writeln!(
+            h,
+            "//   template: {} (family int8, ISA {})",
+            isa.template_path, isa.name
+        );
+        let _ = writeln!(
+            h,
+            "//   plan:     t_u={} (micro tile t_sub={}) m_r={} interleave={} columns m_b={} t_b={}",
+            p.tile.t_u, p.tile.t_sub, p.tile.m_r, p.lanes, p.m_b, p.t_b
+        );
+        let _ = writeln!(
+            h,
+            "//   registers {} <= {}; L1 {} of {} bits",
+            p.registers, p.register_limit, p.l1_bits, p.l1_gamma
+        );
+        let _ = writeln!(
+            h,
+            "//   model:    {:.1} GB/s of weights, {:.1} GFLOPS on one core",
+            p.gbs, p.gflops
+        );
         let _ = writeln!(h, "//   tile from: performance model (no tuning profile)");
     }
     Ok(format!("{h}\n{}", prettyplease::unparse(&file)))
@@ -367,9 +469,14 @@ fn fn_attrs(isa: &I8Isa) -> TokenStream {
 }
 
 fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
-    let isa = I8Isa::by_name(p.isa).ok_or_else(|| EmitError(format!("unknown int8 ISA {}", p.isa)))?;
-    let template: syn::File = syn::parse_str(isa.template)
-        .map_err(|e| EmitError(format!("template {} does not parse: {e}", isa.template_path)))?;
+    let isa =
+        I8Isa::by_name(p.isa).ok_or_else(|| EmitError(format!("unknown int8 ISA {}", p.isa)))?;
+    let template: syn::File = syn::parse_str(isa.template).map_err(|e| {
+        EmitError(format!(
+            "template {} does not parse: {e}",
+            isa.template_path
+        ))
+    })?;
     let items = crate::emit::template_items(&template, isa.features);
     let name = p.kernel_name();
     let module = format_ident!("{}", name);
@@ -391,8 +498,20 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let features = isa.features;
     let isa_name = isa.name;
     let bits = p.spec.bits;
-    let (lanes, t_u, m_r, m_b, t_b) = (lit(p.lanes), lit(p.tile.t_u), lit(p.tile.m_r), lit(p.m_b), lit(p.t_b));
-    let doc = format!(" {} {} on {}: see the file header for the plan.", p.spec.format_tag(), p.spec.op.name(), p.target);
+    let (lanes, t_u, m_r, m_b, t_b) = (
+        lit(p.lanes),
+        lit(p.tile.t_u),
+        lit(p.tile.m_r),
+        lit(p.m_b),
+        lit(p.t_b),
+    );
+    let t_sub = lit(p.tile.t_sub);
+    let doc = format!(
+        " {} {} on {}: see the file header for the plan.",
+        p.spec.format_tag(),
+        p.spec.op.name(),
+        p.target
+    );
     Ok(quote! {
         #[doc = #doc]
         #cfg
@@ -411,6 +530,8 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             /// Columns interleaved per vector.
             pub const LANES: usize = #lanes;
             pub const T_U: usize = #t_u;
+            /// Column groups one micro kernel covers (a divisor of T_U).
+            pub const T_SUB: usize = #t_sub;
             pub const M_R: usize = #m_r;
             pub const M_B: usize = #m_b;
             pub const T_B: usize = #t_b;
@@ -439,7 +560,8 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
 
 fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
-    let t_u = p.tile.t_u;
+    // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
+    let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let l = p.lanes;
     let chunk = 4 * l; // bytes per chunk per column group
     let chunks = p.spec.bits as usize;
@@ -449,7 +571,7 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     let mut store = TokenStream::new();
     let mut zero = TokenStream::new();
     for r in 0..rows {
-        for t in 0..t_u {
+        for t in 0..t_sub {
             let (f, i) = (fv(r, t), iv(r, t));
             let (row, off) = (lit(r), lit(t * l));
             init.extend(quote! { let mut #f = ops::loadf(y.add(#row * ldy + #off)); });
@@ -461,8 +583,12 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     if p.spec.bits == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         for g in 0..chunks {
-            for t in 0..t_u {
-                let (wv, lo, hi) = (format_ident!("w_{}", t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+            for t in 0..t_sub {
+                let (wv, lo, hi) = (
+                    format_ident!("w_{}", t),
+                    format_ident!("lo_{}", t),
+                    format_ident!("hi_{}", t),
+                );
                 let off = lit((g * t_u + t) * chunk);
                 block.extend(quote! {
                     let #wv = ops::loadb(w.add(#off));
@@ -477,15 +603,22 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
                     let #xl = ops::bcast4(xq.add(#row * ldx + #ol));
                     let #xh = ops::bcast4(xq.add(#row * ldx + #oh));
                 });
-                for t in 0..t_u {
-                    let (i, lo, hi) = (iv(r, t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
-                    block.extend(quote! { #i = ops::dot_u2(#i, #lo, #xl, #hi, #xh); });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (
+                        iv(r, t),
+                        format_ident!("lo_{}", t),
+                        format_ident!("hi_{}", t),
+                    );
+                    block.extend(quote! {
+                        #i = ops::pair_acc(#i, #lo, #xl);
+                        #i = ops::pair_acc(#i, #hi, #xh);
+                    });
                 }
             }
         }
     } else {
         for g in 0..chunks {
-            for t in 0..t_u {
+            for t in 0..t_sub {
                 let wv = format_ident!("w_{}", t);
                 let off = lit((g * t_u + t) * chunk);
                 block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
@@ -494,7 +627,7 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
                 let x = format_ident!("x_{}", r);
                 let (row, o) = (lit(r), lit(4 * g));
                 block.extend(quote! { let #x = ops::bcast4(xq.add(#row * ldx + #o)); });
-                for t in 0..t_u {
+                for t in 0..t_sub {
                     let (i, wv) = (iv(r, t), format_ident!("w_{}", t));
                     block.extend(quote! { #i = ops::dot_s(#i, #wv, #x); });
                 }
@@ -503,7 +636,7 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     }
     // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
     let mut fold = TokenStream::new();
-    for t in 0..t_u {
+    for t in 0..t_sub {
         let s = format_ident!("s_{}", t);
         let off = lit(t * l);
         fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
@@ -515,16 +648,26 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
             let #dx = ops::splatf(xd.add(#row * ldb));
             let #c = ops::splati(xc.add(#row * ldb));
         });
-        for t in 0..t_u {
+        for t in 0..t_sub {
             let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
+            // 4-bit blocks accumulate in the template's block form (i16 pairs
+            // on maddubs ISAs); 8-bit ones directly in i32.
+            let sum = if p.spec.bits == 4 {
+                quote! { ops::block_sum(#i) }
+            } else {
+                quote! { #i }
+            };
             fold.extend(quote! {
-                #f = ops::fmaf(ops::cvti(ops::subi(#i, #c)), ops::mulf(#s, #dx), #f);
+                #f = ops::fmaf(ops::cvti(ops::subi(#sum, #c)), ops::mulf(#s, #dx), #f);
             });
         }
     }
     let (wstep, sstep) = (lit(chunks * t_u * chunk), lit(t_u * l));
     let attrs = fn_attrs(isa);
-    let doc = format!(" Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.", t_u * l);
+    let doc = format!(
+        " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
+        t_sub * l
+    );
     quote! {
         #[doc = #doc]
         #attrs
@@ -553,6 +696,12 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let tw = lit(p.tile.t_u * p.lanes);
     let block_bytes = lit(4 * p.spec.bits as usize);
+    // A micro kernel covers t_sub of the tile's t_u column groups.
+    let (subs, sub_cols, sub_bytes) = (
+        lit(p.tile.t_u / p.tile.t_sub),
+        lit(p.tile.t_sub * p.lanes),
+        lit(p.tile.t_sub * 4 * p.lanes),
+    );
     let m_r = lit(p.tile.m_r);
     let full = format_ident!("micro_r{}", p.tile.m_r);
     let arms: Vec<TokenStream> = (1..p.tile.m_r)
@@ -584,11 +733,12 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                     for kb in 0..k_blocks {
                         let nb = per_kb.min(blocks - kb * per_kb);
                         let cols_before = p * T_B * blocks + kb * per_kb * pw;
-                        for tile in 0..pw / #tw {
-                            let c = p * T_B + tile * #tw;
+                        for idx in 0..pw / #tw * #subs {
+                            let (tile, sub) = (idx / #subs, idx % #subs);
+                            let c = p * T_B + tile * #tw + sub * #sub_cols;
                             let base = cols_before + tile * #tw * nb;
-                            let wt = w.add(base * #block_bytes);
-                            let st = sc.add(base);
+                            let wt = w.add(base * #block_bytes + sub * #sub_bytes);
+                            let st = sc.add(base + sub * #sub_cols);
                             let b0 = kb * per_kb;
                             let mut r = 0;
                             while r + #m_r <= m {

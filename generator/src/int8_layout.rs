@@ -55,10 +55,21 @@ pub struct I8Packed {
 }
 
 impl I8Layout {
-    pub fn new(bits: u32, lanes: usize, t_u: usize, m_b: usize, t_b: usize, k: usize, n: usize) -> I8Layout {
+    pub fn new(
+        bits: u32,
+        lanes: usize,
+        t_u: usize,
+        m_b: usize,
+        t_b: usize,
+        k: usize,
+        n: usize,
+    ) -> I8Layout {
         assert!(bits == 4 || bits == 8, "int8 family: 4 or 8 bits");
         let tw = lanes * t_u;
-        assert!(m_b.is_multiple_of(QK) && t_b.is_multiple_of(tw), "blocks must be whole tiles and 32-blocks");
+        assert!(
+            m_b.is_multiple_of(QK) && t_b.is_multiple_of(tw),
+            "blocks must be whole tiles and 32-blocks"
+        );
         I8Layout {
             bits,
             lanes,
@@ -108,53 +119,48 @@ impl I8Layout {
         let per_kb = self.m_b / QK;
         let nb = per_kb.min(self.blocks() - kb * per_kb);
         let pw = self.panel_width(panel);
-        let cols_before = panel * self.t_b * self.blocks() + kb * per_kb * pw + tile * self.tile_width() * nb;
+        let cols_before =
+            panel * self.t_b * self.blocks() + kb * per_kb * pw + tile * self.tile_width() * nb;
         (cols_before * self.block_bytes(), cols_before, nb)
     }
 
     /// Repacks GGUF Q4_0 / Q8_0 blocks (`src.k == self.k`, `src.n == self.n`).
+    ///
+    /// Each source block turns into `bits` 4-byte lane words; the loop walks
+    /// the destination in order, so writes are sequential per tile.
     pub fn repack(&self, src: &GgmlMatrix) -> I8Packed {
-        let want = if self.bits == 4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+        let want = if self.bits == 4 {
+            GgmlType::Q4_0
+        } else {
+            GgmlType::Q8_0
+        };
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
-        let bytes = w.as_bytes_mut();
         // Padding columns keep scale 0, so whatever their levels they add 0.
         let mut sc = vec![0u16; self.n_pad * self.blocks()];
-        let tw = self.tile_width();
-        let l = self.lanes;
+        let words: &mut [u32] = &mut w;
+        let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
+        let chunks = self.bits as usize;
         let src_blocks = src.k / QK;
+        let zero_word = if self.bits == 4 { 0x8888_8888u32 } else { 0 };
         for panel in 0..self.panels() {
             for kb in 0..self.k_blocks() {
                 for tile in 0..self.panel_width(panel) / tw {
                     let (off, soff, nb) = self.tile_offset(panel, kb, tile);
-                    let c0 = panel * self.t_b + tile * tw;
+                    let (off, c0) = (off / 4, panel * self.t_b + tile * tw);
                     for b in 0..nb {
                         let blk = kb * (self.m_b / QK) + b;
+                        let base = off + b * chunks * t_u * l;
                         for col in 0..tw {
-                            let j = c0 + col;
-                            let (t, lane) = (col / l, col % l);
-                            sc[soff + b * tw + t * l + lane] = if j < self.n && blk < src_blocks {
-                                u16::from_le_bytes([src.block(j, blk)[0], src.block(j, blk)[1]])
-                            } else {
-                                0
-                            };
-                            let levels: [u8; QK] = if j < self.n && blk < src_blocks {
-                                block_levels(src.dtype, src.block(j, blk))
-                            } else if self.bits == 4 {
-                                [8; QK]
-                            } else {
-                                [0; QK]
-                            };
-                            let base = off + b * self.bits as usize * self.t_u * 4 * l;
-                            for g in 0..self.bits as usize {
-                                let chunk = base + (g * self.t_u + t) * 4 * l + lane * 4;
-                                for jj in 0..4 {
-                                    bytes[chunk + jj] = if self.bits == 4 {
-                                        levels[8 * g + jj] | (levels[8 * g + 4 + jj] << 4)
-                                    } else {
-                                        levels[4 * g + jj]
-                                    };
-                                }
+                            let (j, t, lane) = (c0 + col, col / l, col % l);
+                            let mut lane_words = [zero_word; 8];
+                            if j < self.n && blk < src_blocks {
+                                let block = src.block(j, blk);
+                                sc[soff + b * tw + col] = u16::from_le_bytes([block[0], block[1]]);
+                                block_words(self.bits, &block[2..], &mut lane_words);
+                            }
+                            for (g, word) in lane_words.iter().take(chunks).enumerate() {
+                                words[base + (g * t_u + t) * l + lane] = *word;
                             }
                         }
                     }
@@ -162,6 +168,29 @@ impl I8Layout {
             }
         }
         I8Packed { w, sc }
+    }
+}
+
+/// The lane words of one GGUF block's levels (after its f16 scale): 4-bit
+/// word `g` packs values `8g..8g+4` in low nibbles and `8g+4..8g+8` in high
+/// nibbles; 8-bit word `g` is values `4g..4g+4`.
+fn block_words(bits: u32, q: &[u8], out: &mut [u32; 8]) {
+    if bits == 8 {
+        for (g, w) in out.iter_mut().enumerate() {
+            *w = u32::from_le_bytes([q[4 * g], q[4 * g + 1], q[4 * g + 2], q[4 * g + 3]]);
+        }
+        return;
+    }
+    // GGUF Q4_0: byte i holds value i (low nibble) and value i + 16 (high).
+    for (g, word) in out.iter_mut().take(4).enumerate() {
+        let (src, shift) = (8 * (g % 2), 4 * (g / 2) as u32);
+        let mut bytes = [0u8; 4];
+        for (jj, b) in bytes.iter_mut().enumerate() {
+            let lo = (q[src + jj] >> shift) & 0x0F;
+            let hi = (q[src + 4 + jj] >> shift) & 0x0F;
+            *b = lo | (hi << 4);
+        }
+        *word = u32::from_le_bytes(bytes);
     }
 }
 
@@ -194,10 +223,20 @@ pub struct QuantizedActivations {
 
 /// Quantizes `m` rows of `x` (`m x k`) for a `bits`-bit weight kernel, with
 /// each row padded to `k_pad`. `perm` reorders the K values.
-pub fn quantize_activations(x: &[f32], m: usize, k: usize, k_pad: usize, bits: u32) -> QuantizedActivations {
+pub fn quantize_activations(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    k_pad: usize,
+    bits: u32,
+) -> QuantizedActivations {
     let blocks = k_pad / QK;
     let bias = if bits == 4 { 8 } else { 0 };
-    let mut out = QuantizedActivations { q: vec![0; m * k_pad], d: vec![0.0; m * blocks], c: vec![0; m * blocks] };
+    let mut out = QuantizedActivations {
+        q: vec![0; m * k_pad],
+        d: vec![0.0; m * blocks],
+        c: vec![0; m * blocks],
+    };
     let mut buf = [0f32; QK];
     for r in 0..m {
         for b in 0..blocks {
@@ -237,14 +276,18 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
             let dw = f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f64();
             let levels = block_levels(w.dtype, block);
             for r in 0..m {
-                let mut dot = 0i64;
-                for i in 0..QK {
-                    let qw = match w.dtype {
-                        GgmlType::Q4_0 => levels[i] as i64 - 8,
-                        _ => levels[i] as i8 as i64,
-                    };
-                    dot += qw * xa.q[r * k_pad + b * QK + i] as i64;
-                }
+                let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
+                let dot: i64 = levels
+                    .iter()
+                    .zip(xs)
+                    .map(|(&l, &x)| {
+                        let qw = match w.dtype {
+                            GgmlType::Q4_0 => l as i64 - 8,
+                            _ => l as i8 as i64,
+                        };
+                        qw * x as i64
+                    })
+                    .sum();
                 y[r * w.n + j] += dw * xa.d[r * xb + b] as f64 * dot as f64;
             }
         }
@@ -277,7 +320,11 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             wt[j * k_pad + i] = w[i * n + j];
         }
     }
-    let dtype = if bits == 4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+    let dtype = if bits == 4 {
+        GgmlType::Q4_0
+    } else {
+        GgmlType::Q8_0
+    };
     let blocks = k_pad / QK;
     let block_bytes = dtype.block_bytes();
     let mut data = vec![0u8; n * blocks * block_bytes];
@@ -286,12 +333,19 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
         for g0 in (0..k_pad).step_by(group) {
             let vals = &row[g0..(g0 + group).min(k_pad)];
             // Q4_0 convention: the value of largest magnitude maps to -8.
-            let (amax, max) = vals.iter().fold((0f32, 0f32), |(a, m), &v| if v.abs() > a { (v.abs(), v) } else { (a, m) });
+            let (amax, max) = vals.iter().fold((0f32, 0f32), |(a, m), &v| {
+                if v.abs() > a {
+                    (v.abs(), v)
+                } else {
+                    (a, m)
+                }
+            });
             let d = if bits == 4 { max / -8.0 } else { amax / 127.0 };
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let dh = f16::from_f32(d).to_bits().to_le_bytes();
             for b in (g0 / QK)..((g0 + vals.len()) / QK) {
-                let out = &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
+                let out =
+                    &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
                 out[..2].copy_from_slice(&dh);
                 let v = &row[b * QK..(b + 1) * QK];
                 if bits == 4 {
@@ -308,7 +362,12 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             }
         }
     }
-    GgmlMatrix { k: k_pad, n, dtype, data }
+    GgmlMatrix {
+        k: k_pad,
+        n,
+        dtype,
+        data,
+    }
 }
 
 #[cfg(test)]
@@ -344,7 +403,10 @@ mod tests {
                 assert!((a.q[r * 96 + i] as f32 * d - v).abs() <= 0.5 * d + 1e-7);
             }
             for b in 0..3 {
-                let s: i32 = a.q[r * 96 + b * 32..r * 96 + b * 32 + 32].iter().map(|&q| q as i32).sum();
+                let s: i32 = a.q[r * 96 + b * 32..r * 96 + b * 32 + 32]
+                    .iter()
+                    .map(|&q| q as i32)
+                    .sum();
                 assert_eq!(a.c[r * 3 + b], 8 * s);
             }
         }

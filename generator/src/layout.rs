@@ -82,7 +82,9 @@ impl AlignedWords {
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_bytes`, with unique access; every byte pattern is a valid u32.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len * 4) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len * 4)
+        }
     }
 }
 

@@ -1,8 +1,15 @@
 use kgen::format::Rng;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 fn med(mut f: impl FnMut()) -> f64 {
-    let mut t: Vec<f64> = (0..31).map(|_| { let s = std::time::Instant::now(); f(); s.elapsed().as_secs_f64() }).collect();
-    t.sort_by(f64::total_cmp); t[15]
+    let mut t: Vec<f64> = (0..31)
+        .map(|_| {
+            let s = std::time::Instant::now();
+            f();
+            s.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[15]
 }
 fn main() {
     let reg = Registry::builtin();
@@ -16,7 +23,17 @@ fn main() {
             let x = Rng::new(2).vec_f32(m * k);
             let mut y = vec![0f32; m * n];
             let s = med(|| qm.gemm_on(&pool, &x, m, &mut y).unwrap());
-            println!("{} m={m}: {:.3} ms {:.1} GB/s {:.1} GFLOPS", if m == 1 { qm.gemv_kernel().name } else { qm.gemm_kernel().name }, s*1e3, qm.weight_bytes() as f64 / s / 1e9, 2.0*(m*k*n) as f64/s/1e9);
+            println!(
+                "{} m={m}: {:.3} ms {:.1} GB/s {:.1} GFLOPS",
+                if m == 1 {
+                    qm.gemv_kernel().name
+                } else {
+                    qm.gemm_kernel().name
+                },
+                s * 1e3,
+                qm.weight_bytes() as f64 / s / 1e9,
+                2.0 * (m * k * n) as f64 / s / 1e9
+            );
         }
     }
 }

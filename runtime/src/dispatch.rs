@@ -36,7 +36,11 @@ impl Registry {
                 table.entry((e.bits, e.group, e.gemm)).or_default().push(*e);
             }
         }
-        Registry { all, table, all_i8: Vec::new() }
+        Registry {
+            all,
+            table,
+            all_i8: Vec::new(),
+        }
     }
 
     /// Adds the int8-activation kernels (`kernels_i8()` of a generated registry).
@@ -52,12 +56,20 @@ impl Registry {
 
     /// Int8 kernels this CPU runs for `bits`, best first.
     pub fn runnable_i8(&self, bits: u32, gemm: bool) -> Vec<I8KernelEntry> {
-        self.all_i8.iter().filter(|e| e.bits == bits && e.gemm == gemm && (e.detect)()).copied().collect()
+        self.all_i8
+            .iter()
+            .filter(|e| e.bits == bits && e.gemm == gemm && (e.detect)())
+            .copied()
+            .collect()
     }
 
     /// The int8 GEMV kernel and the GEMM kernel sharing its layout, for `bits`,
     /// with `isa` forced or (`None`) the best this CPU runs.
-    pub fn select_i8(&self, bits: u32, isa: Option<&str>) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
+    pub fn select_i8(
+        &self,
+        bits: u32,
+        isa: Option<&str>,
+    ) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
         let compiled: Vec<&I8KernelEntry> = self.all_i8.iter().filter(|e| e.bits == bits).collect();
         if compiled.is_empty() {
             return Err(Error::NoKernel(format!(
@@ -94,7 +106,9 @@ impl Registry {
     /// The kernels built into this crate.
     pub fn builtin() -> &'static Registry {
         static REG: OnceLock<Registry> = OnceLock::new();
-        REG.get_or_init(|| Registry::new(crate::builtin::kernels()).with_int8(crate::builtin::kernels_i8()))
+        REG.get_or_init(|| {
+            Registry::new(crate::builtin::kernels()).with_int8(crate::builtin::kernels_i8())
+        })
     }
 
     /// Every kernel compiled in, runnable here or not.

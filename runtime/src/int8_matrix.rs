@@ -40,12 +40,18 @@ unsafe impl Sync for SendPtr {}
 impl Int8Matrix {
     /// Packs GGUF Q4_0 / Q8_0 weights for the best kernel of the built-in registry.
     pub fn from_ggml(m: &GgmlMatrix) -> Result<Int8Matrix, Error> {
-        let forced = std::env::var(crate::FORCE_ISA_ENV).ok().filter(|s| !s.is_empty());
+        let forced = std::env::var(crate::FORCE_ISA_ENV)
+            .ok()
+            .filter(|s| !s.is_empty());
         Self::from_ggml_isa(Registry::builtin(), m, forced.as_deref())
     }
 
     /// Packs for `registry`'s kernels with `isa` forced (`None`: the best here).
-    pub fn from_ggml_isa(registry: &Registry, m: &GgmlMatrix, isa: Option<&str>) -> Result<Int8Matrix, Error> {
+    pub fn from_ggml_isa(
+        registry: &Registry,
+        m: &GgmlMatrix,
+        isa: Option<&str>,
+    ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         let bits = match m.dtype {
             GgmlType::Q4_0 => 4,
@@ -61,21 +67,40 @@ impl Int8Matrix {
     }
 
     /// Packs for an explicit pair of kernels (same layout, runnable here).
-    pub fn from_ggml_kernels(m: &GgmlMatrix, gemv: I8KernelEntry, gemm: I8KernelEntry) -> Result<Int8Matrix, Error> {
+    pub fn from_ggml_kernels(
+        m: &GgmlMatrix,
+        gemv: I8KernelEntry,
+        gemm: I8KernelEntry,
+    ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         for e in [&gemv, &gemm] {
-            let want = if e.bits == 4 { GgmlType::Q4_0 } else { GgmlType::Q8_0 };
+            let want = if e.bits == 4 {
+                GgmlType::Q4_0
+            } else {
+                GgmlType::Q8_0
+            };
             if want != m.dtype {
-                return Err(Error::NoKernel(format!("kernel {} reads {want}, the matrix is {}", e.name, m.dtype)));
+                return Err(Error::NoKernel(format!(
+                    "kernel {} reads {want}, the matrix is {}",
+                    e.name, m.dtype
+                )));
             }
             if !(e.detect)() {
-                return Err(Error::NoKernel(format!("kernel {} needs {:?}, which this CPU lacks", e.name, e.features)));
+                return Err(Error::NoKernel(format!(
+                    "kernel {} needs {:?}, which this CPU lacks",
+                    e.name, e.features
+                )));
             }
         }
         if !gemv.same_layout(&gemm) {
-            return Err(Error::NoKernel(format!("kernels {} and {} read different layouts", gemv.name, gemm.name)));
+            return Err(Error::NoKernel(format!(
+                "kernels {} and {} read different layouts",
+                gemv.name, gemm.name
+            )));
         }
-        let layout = I8Layout::new(gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n);
+        let layout = I8Layout::new(
+            gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
+        );
         let t0 = Instant::now();
         let packed = layout.repack(m);
         let repack_seconds = t0.elapsed().as_secs_f64();
@@ -89,21 +114,40 @@ impl Int8Matrix {
                 repack_seconds * 1e3
             );
         }
-        Ok(Int8Matrix { layout, packed, gemv, gemm, repack_seconds })
+        Ok(Int8Matrix {
+            layout,
+            packed,
+            gemv,
+            gemm,
+            repack_seconds,
+        })
     }
 
     /// Quantizes f32 weights (`k x n` row-major) to symmetric `bits` (4 or 8)
     /// levels with one scale per `group` (32, 64, 128 or 256) values along K.
     /// Group 32 is exactly GGUF Q4_0 / Q8_0.
-    pub fn from_f32(w: &[f32], k: usize, n: usize, bits: u32, group: usize) -> Result<Int8Matrix, Error> {
+    pub fn from_f32(
+        w: &[f32],
+        k: usize,
+        n: usize,
+        bits: u32,
+        group: usize,
+    ) -> Result<Int8Matrix, Error> {
         if bits != 4 && bits != 8 {
-            return Err(Error::Format(format!("int8 kernels take 4- or 8-bit weights, not {bits}")));
+            return Err(Error::Format(format!(
+                "int8 kernels take 4- or 8-bit weights, not {bits}"
+            )));
         }
         if ![32, 64, 128, 256].contains(&group) {
-            return Err(Error::Format(format!("symmetric group {group}: use 32, 64, 128 or 256")));
+            return Err(Error::Format(format!(
+                "symmetric group {group}: use 32, 64, 128 or 256"
+            )));
         }
         if k == 0 || n == 0 || w.len() != k * n {
-            return Err(Error::Shape(format!("{} weights given for a {k}x{n} matrix", w.len())));
+            return Err(Error::Shape(format!(
+                "{} weights given for a {k}x{n} matrix",
+                w.len()
+            )));
         }
         if let Some(v) = w.iter().find(|v| !v.is_finite()) {
             return Err(Error::Format(format!("weight {v} is not finite")));
@@ -117,7 +161,9 @@ impl Int8Matrix {
     /// Loads a Q4_0 / Q8_0 tensor from a GGUF file.
     pub fn from_gguf(path: &Path, tensor: &str) -> Result<Int8Matrix, Error> {
         let file = GgufFile::open(path).map_err(|e| Error::Load(e.to_string()))?;
-        let m = file.matrix(tensor).map_err(|e| Error::Load(e.to_string()))?;
+        let m = file
+            .matrix(tensor)
+            .map_err(|e| Error::Load(e.to_string()))?;
         Self::from_ggml(&m)
     }
 
@@ -173,12 +219,27 @@ impl Int8Matrix {
         let xa = quantize_activations(x, m, l.k, l.k_pad, l.bits);
         let kernel = if m == 1 { &self.gemv } else { &self.gemm };
         let direct = l.n == l.n_pad;
-        let mut ypad = if direct { Vec::new() } else { vec![0f32; m * l.n_pad] };
-        let yptr = SendPtr(if direct { y.as_mut_ptr() } else { ypad.as_mut_ptr() });
+        let mut ypad = if direct {
+            Vec::new()
+        } else {
+            vec![0f32; m * l.n_pad]
+        };
+        let yptr = SendPtr(if direct {
+            y.as_mut_ptr()
+        } else {
+            ypad.as_mut_ptr()
+        });
         let panels = l.panels();
         let tasks = pool.threads().min(panels).max(1);
-        let (w, sc) = (self.packed.w.as_bytes().as_ptr() as usize, self.packed.sc.as_ptr() as usize);
-        let (xq, xd, xc) = (xa.q.as_ptr() as usize, xa.d.as_ptr() as usize, xa.c.as_ptr() as usize);
+        let (w, sc) = (
+            self.packed.w.as_bytes().as_ptr() as usize,
+            self.packed.sc.as_ptr() as usize,
+        );
+        let (xq, xd, xc) = (
+            xa.q.as_ptr() as usize,
+            xa.d.as_ptr() as usize,
+            xa.c.as_ptr() as usize,
+        );
         let run = kernel.run;
         let (k_pad, n_pad) = (l.k_pad, l.n_pad);
         debug_assert_eq!(k_pad % QK, 0);

@@ -100,6 +100,7 @@ pub struct I8KernelEntry {
 
 impl I8KernelEntry {
     pub fn same_layout(&self, other: &I8KernelEntry) -> bool {
-        (self.bits, self.lanes, self.t_u, self.m_b, self.t_b) == (other.bits, other.lanes, other.t_u, other.m_b, other.t_b)
+        (self.bits, self.lanes, self.t_u, self.m_b, self.t_b)
+            == (other.bits, other.lanes, other.t_u, other.m_b, other.t_b)
     }
 }

@@ -16,19 +16,19 @@ mod dispatch;
 mod error;
 pub mod gguf;
 pub mod gptq_file;
-mod kernel;
 mod int8_matrix;
+mod kernel;
 mod matrix;
 pub mod pool;
 
 pub use dispatch::{Registry, FORCE_ISA_ENV};
 pub use error::Error;
 pub use gptq_file::{load_gptq, GptqLayer, GptqOptions, LoadError, ZeroConvention};
+pub use int8_matrix::Int8Matrix;
 pub use kernel::{I8KernelEntry, I8RunFn, KernelEntry, RunFn};
 pub use kgen::format::GptqMatrix;
-pub use kgen::spec::Group;
-pub use int8_matrix::Int8Matrix;
 pub use kgen::ggml::{GgmlMatrix, GgmlType};
+pub use kgen::spec::Group;
 pub use matrix::QuantMatrix;
 pub use pool::Pool;
 

@@ -808,3 +808,51 @@ fn crafted_files() {
     assert!(e.contains("data section"), "{e}");
     GgufFile::from_bytes(bytes, Path::new("x.gguf")).unwrap();
 }
+
+/// End to end: Q4_0 / Q8_0 tensors written by gguf-py, loaded and repacked by
+/// `Int8Matrix::from_gguf`, multiplied by the int8 kernels, against numpy's
+/// float32 `x @ deq.T` of gguf-py's dequantized weights. The kernels quantize
+/// x per 32-block (Q8_0 arithmetic), so the stated tolerance is that
+/// rounding's worst case, sum over blocks of d_x / 2 * sum |W_ij|, plus the
+/// f32 summation bound used above.
+#[test]
+fn int8_kernels_match_numpy_on_gguf_py_files() {
+    let mut checked = 0;
+    for e in manifest()
+        .into_iter()
+        .filter(|e| e.matmul && matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0))
+    {
+        let qm = kgen_runtime::Int8Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
+        let deq = read_f32(&e.data("deq"));
+        let x = read_f32(&e.data("x"));
+        let y_np = read_f32(&e.data("y"));
+        let mut y = vec![0f32; e.n];
+        qm.gemv(&x, &mut y).unwrap();
+        for j in 0..e.n {
+            let (mut act, mut mag) = (0f64, 0f64);
+            for b in 0..e.k / 32 {
+                let xs = &x[b * 32..b * 32 + 32];
+                let dx = xs.iter().fold(0f32, |a, v| a.max(v.abs())) as f64 / 127.0;
+                let wsum: f64 = (0..32)
+                    .map(|i| (deq[j * e.k + b * 32 + i] as f64).abs())
+                    .sum();
+                act += dx / 2.0 * wsum;
+                mag += (0..32)
+                    .map(|i| (xs[i] as f64 * deq[j * e.k + b * 32 + i] as f64).abs())
+                    .sum::<f64>();
+            }
+            let tol = act + e.k as f64 * f32::EPSILON as f64 * mag + 1e-30;
+            let diff = (y[j] as f64 - y_np[j] as f64).abs();
+            assert!(
+                diff <= tol,
+                "{} ({}) y[{j}]: kgen {} numpy {} (diff {diff:e} > tol {tol:e})",
+                e.name,
+                qm.gemv_kernel().name,
+                y[j],
+                y_np[j]
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 20, "only {checked} outputs checked");
+}

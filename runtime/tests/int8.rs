@@ -7,25 +7,50 @@ use kgen::ggml::GgmlMatrix;
 use kgen::int8_layout::{quantize_activations, quantize_symmetric, reference_i8};
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 
-const SHAPES: &[(usize, usize)] = &[(32, 1), (64, 7), (96, 33), (320, 130), (1024, 300), (4096, 40)];
+const SHAPES: &[(usize, usize)] = &[
+    (32, 1),
+    (64, 7),
+    (96, 33),
+    (320, 130),
+    (1024, 300),
+    (4096, 40),
+];
 const ROWS: &[usize] = &[1, 2, 3, 5, 9];
 
 /// Compares with the oracle; the bound is f32 rounding of the per-block
 /// products and their sum, relative to the sum of |terms|.
 fn check(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
     let k_pad = w.k;
-    let xa = quantize_activations(x, m, k, k_pad, if w.dtype == kgen::ggml::GgmlType::Q4_0 { 4 } else { 8 });
+    let xa = quantize_activations(
+        x,
+        m,
+        k,
+        k_pad,
+        if w.dtype == kgen::ggml::GgmlType::Q4_0 {
+            4
+        } else {
+            8
+        },
+    );
     let want = reference_i8(w, &xa, m);
     let deq = w.dequantize();
     for r in 0..m {
         for j in 0..w.n {
             let mag: f64 = (0..k_pad)
-                .map(|i| (deq[i * w.n + j] as f64 * xa.q[r * k_pad + i] as f64 * xa.d[r * (k_pad / 32) + i / 32] as f64).abs())
+                .map(|i| {
+                    (deq[i * w.n + j] as f64
+                        * xa.q[r * k_pad + i] as f64
+                        * xa.d[r * (k_pad / 32) + i / 32] as f64)
+                        .abs()
+                })
                 .sum();
             let tol = 8.0 * f32::EPSILON as f64 * ((k_pad / 32) as f64 + 4.0) * mag + 1e-30;
             let got = y[r * w.n + j] as f64;
             let exp = want[r * w.n + j];
-            assert!((got - exp).abs() <= tol, "{what}: row {r} col {j}: got {got}, want {exp} (tol {tol:e})");
+            assert!(
+                (got - exp).abs() <= tol,
+                "{what}: row {r} col {j}: got {got}, want {exp} (tol {tol:e})"
+            );
         }
     }
 }
@@ -49,7 +74,18 @@ fn every_int8_kernel_matches_the_oracle() {
                     let x = Rng::new(k as u64 + m as u64).vec_f32(m * k);
                     let mut y = vec![f32::NAN; m * n];
                     qm.gemm_on(&pool, &x, m, &mut y).unwrap();
-                    check(&w, &x, k, m, &y, &format!("{} / {} {k}x{n} rows {m}", qm.gemv_kernel().name, qm.gemm_kernel().name));
+                    check(
+                        &w,
+                        &x,
+                        k,
+                        m,
+                        &y,
+                        &format!(
+                            "{} / {} {k}x{n} rows {m}",
+                            qm.gemv_kernel().name,
+                            qm.gemm_kernel().name
+                        ),
+                    );
                     runs += 1;
                 }
             }
@@ -84,7 +120,10 @@ fn ragged_k_groups_and_threads() {
                 worst = worst.max((y1[j] as f64 - exact).abs());
             }
             let step = if bits == 4 { 0.3 } else { 0.02 };
-            assert!(worst < step * (k as f64).sqrt(), "q{bits} g{group}: error {worst} vs f32");
+            assert!(
+                worst < step * (k as f64).sqrt(),
+                "q{bits} g{group}: error {worst} vs f32"
+            );
         }
     }
 }
@@ -99,7 +138,10 @@ fn bad_inputs_are_errors() {
     assert!(Int8Matrix::from_f32(&[0.0; 9], 3, 3, 4, 48).is_err());
     assert!(Int8Matrix::from_f32(&[f32::NAN; 9], 3, 3, 4, 32).is_err());
     let f = GgmlMatrix::quantize(&[0.0; 64], 32, 2, kgen::ggml::GgmlType::F32);
-    assert!(Int8Matrix::from_ggml(&f).unwrap_err().to_string().contains("no int8 kernel"));
+    assert!(Int8Matrix::from_ggml(&f)
+        .unwrap_err()
+        .to_string()
+        .contains("no int8 kernel"));
     let mut bad = w.clone();
     bad.data.pop();
     assert!(Int8Matrix::from_ggml(&bad).is_err());

@@ -77,12 +77,19 @@ pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
     _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)))
 }
 
-/// acc + both byte-pair dot products, with the two maddubs results added as
-/// i16 before one madd: 4-bit weights keep each i16 below 2 * 2 * 15 * 127.
+/// Block accumulator += 4-byte products of unsigned 4-bit `w` and signed `x`,
+/// kept as i16 pair sums: the 8 maddubs of a 32-block add up to at most
+/// 8 * 2 * 15 * 127 = 30480, so nothing saturates or wraps, and one madd per
+/// block (`block_sum`) widens them instead of one per chunk.
 #[inline(always)]
-pub unsafe fn dot_u2(acc: I, w1: I, x1: I, w2: I, x2: I) -> I {
-    let p = _mm256_add_epi16(_mm256_maddubs_epi16(w1, x1), _mm256_maddubs_epi16(w2, x2));
-    _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+pub unsafe fn pair_acc(acc: I, w: I, x: I) -> I {
+    _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x))
+}
+
+/// The i32 lane sums of a block accumulator.
+#[inline(always)]
+pub unsafe fn block_sum(acc: I) -> I {
+    _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
 /// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.

@@ -87,10 +87,16 @@ pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
     r
 }
 
-/// acc + both dot products.
+/// Block accumulator += 4-byte products of unsigned `w` and signed `x` (i32).
 #[inline(always)]
-pub unsafe fn dot_u2(acc: I, w1: I, x1: I, w2: I, x2: I) -> I {
-    dot_u(dot_u(acc, w1, x1), w2, x2)
+pub unsafe fn pair_acc(acc: I, w: I, x: I) -> I {
+    dot_u(acc, w, x)
+}
+
+/// The accumulator already holds i32 lane sums.
+#[inline(always)]
+pub unsafe fn block_sum(acc: I) -> I {
+    acc
 }
 
 /// acc + per-lane sum of 4 products of signed bytes.
