@@ -142,6 +142,7 @@ impl I8Layout {
         let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
         let chunks = self.bits as usize;
         let src_blocks = src.k / QK;
+        let block_bytes = src.dtype.block_bytes();
         let zero_word = if self.bits == 4 { 0x8888_8888u32 } else { 0 };
         for panel in 0..self.panels() {
             for kb in 0..self.k_blocks() {
@@ -151,16 +152,21 @@ impl I8Layout {
                     for b in 0..nb {
                         let blk = kb * (self.m_b / QK) + b;
                         let base = off + b * chunks * t_u * l;
-                        for col in 0..tw {
-                            let (j, t, lane) = (c0 + col, col / l, col % l);
-                            let mut lane_words = [zero_word; 8];
-                            if j < self.n && blk < src_blocks {
-                                let block = src.block(j, blk);
-                                sc[soff + b * tw + col] = u16::from_le_bytes([block[0], block[1]]);
-                                block_words(self.bits, &block[2..], &mut lane_words);
-                            }
-                            for (g, word) in lane_words.iter().take(chunks).enumerate() {
-                                words[base + (g * t_u + t) * l + lane] = *word;
+                        for t in 0..t_u {
+                            for lane in 0..l {
+                                let col = t * l + lane;
+                                let j = c0 + col;
+                                let mut lane_words = [zero_word; 8];
+                                if j < self.n && blk < src_blocks {
+                                    let block = &src.data[(j * src_blocks + blk) * block_bytes..]
+                                        [..block_bytes];
+                                    sc[soff + b * tw + col] =
+                                        u16::from_le_bytes([block[0], block[1]]);
+                                    block_words(self.bits, &block[2..], &mut lane_words);
+                                }
+                                for (g, word) in lane_words.iter().take(chunks).enumerate() {
+                                    words[base + (g * t_u + t) * l + lane] = *word;
+                                }
                             }
                         }
                     }
@@ -182,16 +188,15 @@ fn block_words(bits: u32, q: &[u8], out: &mut [u32; 8]) {
         return;
     }
     // GGUF Q4_0: byte i holds value i (low nibble) and value i + 16 (high).
-    for (g, word) in out.iter_mut().take(4).enumerate() {
-        let (src, shift) = (8 * (g % 2), 4 * (g / 2) as u32);
-        let mut bytes = [0u8; 4];
-        for (jj, b) in bytes.iter_mut().enumerate() {
-            let lo = (q[src + jj] >> shift) & 0x0F;
-            let hi = (q[src + 4 + jj] >> shift) & 0x0F;
-            *b = lo | (hi << 4);
-        }
-        *word = u32::from_le_bytes(bytes);
-    }
+    // Word g takes values 8g'..8g'+4 (low) and 8g'+4..8g'+8 (high) from the
+    // low nibbles (g = 0, 1) or the high nibbles (g = 2, 3) of bytes 8g'.. .
+    const LO: u32 = 0x0F0F_0F0F;
+    let word = |at: usize| u32::from_le_bytes([q[at], q[at + 1], q[at + 2], q[at + 3]]);
+    let (a, b, c, d) = (word(0), word(4), word(8), word(12));
+    out[0] = (a & LO) | ((b & LO) << 4);
+    out[1] = (c & LO) | ((d & LO) << 4);
+    out[2] = ((a >> 4) & LO) | (b & !LO);
+    out[3] = ((c >> 4) & LO) | (d & !LO);
 }
 
 /// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,

@@ -17,6 +17,10 @@ fn main() {
     let w = Rng::new(1).vec_f32(k * n);
     let g = kgen::int8_layout::quantize_symmetric(&w, k, n, 4, 32);
     let pool = Pool::new(1);
+    let rp = med(|| {
+        std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
+    });
+    println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
     for isa in ["avx2", "portable"] {
         let qm = Int8Matrix::from_ggml_isa(reg, &g, Some(isa)).unwrap();
         for m in [1usize, 8, 32] {
@@ -37,3 +41,5 @@ fn main() {
         }
     }
 }
+#[allow(dead_code)]
+fn unused() {}
