@@ -71,7 +71,13 @@ impl Default for Config {
 /// `generic-aarch64-portable`: no features, next to `generic-aarch64`'s NEON).
 pub fn family_targets(arch: Arch) -> &'static [&'static str] {
     match arch {
-        Arch::X86_64 => &["x86-64-v4", "x86-64-v3", "generic-x86_64"],
+        Arch::X86_64 => &[
+            "x86-64-v4-vnni",
+            "x86-64-v4",
+            "x86-64-v3-vnni",
+            "x86-64-v3",
+            "generic-x86_64",
+        ],
         Arch::Aarch64 => &["generic-aarch64", "generic-aarch64-portable"],
     }
 }
@@ -343,12 +349,14 @@ impl Config {
             #includes
             #(#detect_fns)*
             /// Every kernel generated for this build, best ISA first within each format.
+            #[allow(unused_mut)]
             pub fn kernels() -> ::std::vec::Vec<#rt::KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes
                 v
             }
             /// Every int8-activation kernel of this build, best ISA first.
+            #[allow(unused_mut)]
             pub fn kernels_i8() -> ::std::vec::Vec<#rt::I8KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes_i8

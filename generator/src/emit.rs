@@ -96,11 +96,17 @@ fn header(target: &TargetDesc, plans: &[Plan], command: &str) -> String {
         target.cache.l1d / 1024
     );
     if target.arch == Arch::Aarch64 {
-        let _ = writeln!(
-            h,
-            "// note: aarch64 NEON/dotprod/i8mm/SVE templates are not written yet; this file holds\n\
-             //       the portable kernels, which LLVM vectorises with NEON."
-        );
+        use crate::target::Feature;
+        if [Feature::Dotprod, Feature::I8mm, Feature::Sve]
+            .iter()
+            .any(|f| target.has(*f))
+        {
+            let _ = writeln!(
+                h,
+                "// note: aarch64 f32 kernels use the NEON template (templates/f32/neon.rs); dotprod/i8mm/SVE\n\
+                 //       templates are not written yet, so this target's extensions are not used."
+            );
+        }
     }
     for p in plans {
         let isa = Isa::by_name(p.isa).expect("plan ISA");

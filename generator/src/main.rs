@@ -91,7 +91,7 @@ struct SpecArgs {
     /// Group size along K: 16, 32, 64, 128, 256, or `col` for whole column.
     #[arg(long, short, default_value = "128")]
     group: String,
-    /// ISAs to emit: `best`, `all`, or a comma-separated list (avx512f,avx2,portable).
+    /// ISAs to emit: `best`, `all`, or a comma-separated list (avx512f,avx2,neon,portable).
     #[arg(long, default_value = "best")]
     isa: String,
     /// Representative shape KxN the model ranks tiles for (kernels accept any shape).

@@ -10,7 +10,8 @@ use kgen::spec::Group;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-/// Environment variable that forces one ISA (`avx512f`, `avx2`, `portable`).
+/// Environment variable that forces one ISA (`avx512f`, `avx2`, `neon`, `portable`;
+/// int8 kernels: `avx512vnni`, `avxvnni`, `avx2`, `portable`).
 pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 
 type Key = (u32, usize, bool);
