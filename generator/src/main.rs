@@ -72,6 +72,9 @@ struct TuneArgs {
     /// Print the model's pick against the measured best for every tuned spec, and exit.
     #[arg(long)]
     report: bool,
+    /// Print the profile entry for this machine and spec (if any), and exit.
+    #[arg(long)]
+    print: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -371,6 +374,37 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
         return Ok(());
     }
     let target = target::load(&args.target)?;
+    if args.print {
+        let group = Group::parse(&args.group)?;
+        let op = kgen::tune::op_of(matches!(args.op, OpArg::Gemm), args.m);
+        let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
+        let isa = Isa::for_target(&target)
+            .into_iter()
+            .next()
+            .expect("portable always runs");
+        let key = kgen::tune::key_for(&target, &isa, &spec, args.threads.max(1));
+        let found = kgen::profile::lookup(&kgen::profile::files_in(&args.profile_dir), &key);
+        for w in &found.warnings {
+            eprintln!("kgen tune: warning: {w}");
+        }
+        match found.found {
+            Some(f) => {
+                if let Some(why) = &f.family {
+                    eprintln!("kgen tune: {why}");
+                }
+                let one = kgen::profile::Profile {
+                    entries: vec![f.entry],
+                };
+                println!("# from {}\n{}", f.path.display(), one.to_toml());
+            }
+            None => println!(
+                "no profile entry for {spec} on `{}` in {}",
+                key.cpu_model,
+                args.profile_dir.display()
+            ),
+        }
+        return Ok(());
+    }
     if args.target != "native" {
         eprintln!(
             "kgen tune: warning: timing runs on this machine, keyed as `{}`; tune with --target native",

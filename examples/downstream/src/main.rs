@@ -1,15 +1,8 @@
 //! Runs the kernels this crate's `build.rs` generated, checks them against the
 //! f64 reference and exits non-zero if any check fails.
 
-// Defines `fn kernels() -> Vec<kgen_runtime::KernelEntry>` from the build's
-// output. It sits in a module of its own only because the generated CPU-feature
-// detectors (`true && is_x86_feature_detected!(..)`) trip clippy's
-// `nonminimal_bool`; `kgen_runtime::include_kernels!();` at the top level works too.
-#[allow(clippy::nonminimal_bool)]
-mod generated {
-    kgen_runtime::include_kernels!();
-}
-use generated::kernels;
+// Defines `fn kernels()` (and `kernels_i8()`) from the build's output.
+kgen_runtime::include_kernels!();
 
 fn main() {
     let registry = kgen_runtime::Registry::new(kernels());

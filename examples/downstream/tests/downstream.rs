@@ -2,12 +2,8 @@
 
 use std::process::Command;
 
-// Integration tests see the build script's OUT_DIR too (module: see main.rs).
-#[allow(clippy::nonminimal_bool)]
-mod generated {
-    kgen_runtime::include_kernels!();
-}
-use generated::kernels;
+// Defines `fn kernels()` (and `kernels_i8()`) from the build's output.
+kgen_runtime::include_kernels!();
 
 const BIN: &str = env!("CARGO_BIN_EXE_kgen-downstream-example");
 
