@@ -349,14 +349,14 @@ impl Config {
             #includes
             #(#detect_fns)*
             /// Every kernel generated for this build, best ISA first within each format.
-            #[allow(unused_mut, dead_code)]
+            #[allow(unused_mut, dead_code, clippy::all)]
             pub fn kernels() -> ::std::vec::Vec<#rt::KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes
                 v
             }
             /// Every int8-activation kernel of this build, best ISA first.
-            #[allow(unused_mut, dead_code)]
+            #[allow(unused_mut, dead_code, clippy::all)]
             pub fn kernels_i8() -> ::std::vec::Vec<#rt::I8KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes_i8
