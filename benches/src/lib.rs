@@ -19,19 +19,21 @@ pub fn median_secs(reps: usize, warm: usize, mut f: impl FnMut()) -> f64 {
 }
 
 /// Medians of two workloads timed alternately, so drift hits both alike.
+/// Each timed call follows two untimed calls of the same workload, so each
+/// is measured with its own data as warm as the caches allow (weights that
+/// fit in L3 stay resident instead of being evicted by the other workload).
 pub fn paired_medians(reps: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
-    for _ in 0..3 {
-        a();
-        b();
-    }
+    let mut timed = |f: &mut dyn FnMut()| {
+        f();
+        f();
+        let s = Instant::now();
+        f();
+        s.elapsed().as_secs_f64()
+    };
     let (mut ta, mut tb) = (Vec::new(), Vec::new());
     for _ in 0..reps {
-        let s = Instant::now();
-        a();
-        ta.push(s.elapsed().as_secs_f64());
-        let s = Instant::now();
-        b();
-        tb.push(s.elapsed().as_secs_f64());
+        ta.push(timed(&mut a));
+        tb.push(timed(&mut b));
     }
     ta.sort_by(f64::total_cmp);
     tb.sort_by(f64::total_cmp);

@@ -21,6 +21,20 @@ fn main() {
         std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
     });
     println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
+    for threads in [1usize, 2] {
+        let pool = Pool::new(threads);
+        let qm = Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap();
+        for m in [1usize, 8] {
+            let x = Rng::new(2).vec_f32(m * k);
+            let mut y = vec![0f32; m * n];
+            let s = med(|| qm.gemm_on(&pool, &x, m, &mut y).unwrap());
+            println!(
+                "threads={threads} m={m}: {:.3} ms {:.1} GFLOPS",
+                s * 1e3,
+                2.0 * (m * k * n) as f64 / s / 1e9
+            );
+        }
+    }
     for isa in ["avx2", "portable"] {
         let qm = Int8Matrix::from_ggml_isa(reg, &g, Some(isa)).unwrap();
         for m in [1usize, 8, 32] {

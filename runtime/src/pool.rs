@@ -33,7 +33,15 @@
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How long a worker (or the caller) spins on the atomic hints before parking
+/// on the condvar: waking a parked thread costs tens of microseconds (more in
+/// a VM), as much as a whole small GEMV, while back-to-back calls are the
+/// common case in inference.
+const SPIN: Duration = Duration::from_micros(200);
 use std::thread::JoinHandle;
 
 type Task = dyn Fn(usize) + Sync;
@@ -66,6 +74,19 @@ struct Shared {
     work: Condvar,
     /// The caller waits here for `remaining == 0`.
     done: Condvar,
+    /// Mirrors of `State::epoch` and `State::remaining`, written under the
+    /// lock, read without it only to decide when to stop spinning; every
+    /// decision is then re-checked under the lock.
+    epoch_hint: AtomicU64,
+    remaining_hint: AtomicUsize,
+}
+
+/// Spins until `cond` or [`SPIN`] has passed.
+fn spin_until(cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() && start.elapsed() < SPIN {
+        std::hint::spin_loop();
+    }
 }
 
 impl Shared {
@@ -136,6 +157,8 @@ impl Pool {
             }),
             work: Condvar::new(),
             done: Condvar::new(),
+            epoch_hint: AtomicU64::new(0),
+            remaining_hint: AtomicUsize::new(0),
         });
         let mut workers = Vec::with_capacity(wanted - 1);
         for id in 1..wanted {
@@ -192,6 +215,10 @@ impl Pool {
             });
             st.remaining = active - 1;
             st.panic = None;
+            self.shared
+                .remaining_hint
+                .store(active - 1, Ordering::Release);
+            self.shared.epoch_hint.store(st.epoch, Ordering::Release);
         }
         self.shared.work.notify_all();
 
@@ -201,6 +228,7 @@ impl Pool {
             catch_unwind(AssertUnwindSafe(|| (start..end).for_each(f)))
         };
 
+        spin_until(|| self.shared.remaining_hint.load(Ordering::Acquire) == 0);
         let worker_panic = {
             let mut st = self.shared.lock();
             while st.remaining > 0 {
@@ -222,6 +250,7 @@ fn worker(shared: Arc<Shared>, id: usize) {
     let _g = InPoolGuard::enter();
     let mut seen = 0u64;
     loop {
+        spin_until(|| shared.epoch_hint.load(Ordering::Acquire) != seen);
         let job = {
             let mut st = shared.lock();
             loop {
@@ -253,6 +282,7 @@ fn worker(shared: Arc<Shared>, id: usize) {
             }
         }
         st.remaining -= 1;
+        shared.remaining_hint.store(st.remaining, Ordering::Release);
         if st.remaining == 0 {
             shared.done.notify_all();
         }
