@@ -23,7 +23,7 @@ pub fn median_secs(reps: usize, warm: usize, mut f: impl FnMut()) -> f64 {
 /// is measured with its own data as warm as the caches allow (weights that
 /// fit in L3 stay resident instead of being evicted by the other workload).
 pub fn paired_medians(reps: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
-    let mut timed = |f: &mut dyn FnMut()| {
+    let timed = |f: &mut dyn FnMut()| {
         f();
         f();
         let s = Instant::now();
