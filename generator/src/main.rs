@@ -127,6 +127,18 @@ struct GenArgs {
     /// Output file (default: standard output). Rewritten only if the content changes.
     #[arg(long, short)]
     output: Option<PathBuf>,
+    /// Emit the int8-activation family for GGUF-style weights instead
+    /// (`q4_0` or `q8_0`; --bits/--group are then ignored).
+    #[arg(long, value_enum)]
+    format: Option<Int8Format>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy)]
+enum Int8Format {
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q8_0")]
+    Q8_0,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -238,8 +250,77 @@ fn command_line() -> String {
     format!("kgen {}", args.join(" "))
 }
 
+/// The int8 family's kernels for `target`: GEMV and a GEMM sharing its layout.
+fn gen_int8(
+    target: &kgen::target::TargetDesc,
+    args: &GenArgs,
+    format: Int8Format,
+) -> Result<String, Error> {
+    use kgen::int8::{self, I8Isa, I8Spec};
+    let bits = match format {
+        Int8Format::Q4_0 => 4,
+        Int8Format::Q8_0 => 8,
+    };
+    let isas: Vec<I8Isa> = match args.spec.isa.as_str() {
+        "best" => I8Isa::for_target(target).into_iter().take(1).collect(),
+        "all" => I8Isa::for_target(target),
+        list => list
+            .split(',')
+            .map(|n| {
+                let isa = I8Isa::by_name(n.trim()).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "unknown int8 ISA `{n}` (avx512vnni, avxvnni, avx2, portable)"
+                    ))
+                })?;
+                if isa.runs_on(target) {
+                    Ok(isa)
+                } else {
+                    Err(Error::Usage(format!(
+                        "int8 ISA `{n}` needs {:?}, which `{}` does not have",
+                        isa.requires, target.name
+                    )))
+                }
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let mut plans = Vec::new();
+    for isa in isas {
+        let gemv = int8::plan(
+            &I8Spec::new(Op::Gemv, bits)?,
+            &isa,
+            target,
+            args.spec.shape.unwrap_or((4096, 4096)),
+        )?;
+        let gemm = int8::plan_gemm_sharing(&gemv, args.m, target);
+        match args.op {
+            OpsArg::Gemv => plans.push(gemv),
+            OpsArg::Gemm => plans.push(gemm),
+            OpsArg::Both => plans.extend([gemv, gemm]),
+        }
+    }
+    Ok(int8::emit_file(target, &plans, &command_line())?)
+}
+
 fn gen(args: &GenArgs) -> Result<(), Error> {
     let target = target::load(&args.spec.target)?;
+    if let Some(format) = args.format {
+        let text = gen_int8(&target, args, format)?;
+        return match &args.output {
+            Some(path) => {
+                let changed = kgen::emit::write_if_changed(path, &text)?;
+                eprintln!(
+                    "kgen: {} {}",
+                    if changed { "wrote" } else { "unchanged" },
+                    path.display()
+                );
+                Ok(())
+            }
+            None => {
+                print!("{text}");
+                Ok(())
+            }
+        };
+    }
     let ops = match args.op {
         OpsArg::Gemv => vec![Op::Gemv],
         OpsArg::Gemm => vec![Op::Gemm { m: args.m }],

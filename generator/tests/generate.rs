@@ -183,3 +183,44 @@ fn cli_generates_the_issue_matrix_of_targets_bits_and_groups() {
         }
     }
 }
+
+#[test]
+fn cli_emits_the_int8_family() {
+    for (target, want) in [
+        ("zen5", "__avx512vnni"),
+        ("alderlake", "__avxvnni"),
+        ("haswell", "__avx2"),
+        ("neoverse-v1", "__portable"),
+    ] {
+        for format in ["q4_0", "q8_0"] {
+            let out = kgen_bin()
+                .args(["--target", target, "--format", format])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{target} {format}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8(out.stdout).unwrap();
+            syn::parse_file(&text).unwrap();
+            assert!(
+                text.contains(&format!("pub mod {format}_gemv_")) && text.contains(want),
+                "{target} {format}"
+            );
+        }
+    }
+    let out = kgen_bin()
+        .args([
+            "--target",
+            "haswell",
+            "--format",
+            "q4_0",
+            "--isa",
+            "avx512vnni",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not have"));
+}
