@@ -129,6 +129,12 @@ impl I8Layout {
     /// Each source block turns into `bits` 4-byte lane words; the loop walks
     /// the destination in order, so writes are sequential per tile.
     pub fn repack(&self, src: &GgmlMatrix) -> I8Packed {
+        self.repack_threads(src, 1)
+    }
+
+    /// [`I8Layout::repack`] on `threads` scoped threads, each filling a
+    /// contiguous range of panels (panels are contiguous in both streams).
+    pub fn repack_threads(&self, src: &GgmlMatrix, threads: usize) -> I8Packed {
         let want = if self.bits == 4 {
             GgmlType::Q4_0
         } else {
@@ -138,20 +144,55 @@ impl I8Layout {
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
         // Padding columns keep scale 0, so whatever their levels they add 0.
         let mut sc = vec![0u16; self.n_pad * self.blocks()];
-        let words: &mut [u32] = &mut w;
+        let panels = self.panels();
+        let parts = threads.clamp(1, panels);
+        // Start of panel p in words and in scales.
+        let cols = |p: usize| (p * self.t_b).min(self.n_pad) * self.blocks();
+        let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
+        std::thread::scope(|scope| {
+            let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
+            for part in 0..parts {
+                let (p0, p1) = (part * panels / parts, (part + 1) * panels / parts);
+                let (wa, wb) = std::mem::take(&mut words).split_at_mut(word_at(p1) - word_at(p0));
+                let (sa, sb) = std::mem::take(&mut scales).split_at_mut(cols(p1) - cols(p0));
+                (words, scales) = (wb, sb);
+                let bases = (word_at(p0), cols(p0));
+                if part + 1 == parts {
+                    self.fill_panels(src, p0..p1, wa, sa, bases);
+                } else {
+                    scope.spawn(move || self.fill_panels(src, p0..p1, wa, sa, bases));
+                }
+            }
+        });
+        I8Packed { w, sc }
+    }
+
+    /// Fills `panels` into `words` / `sc`, which start at `(word, scale)` = `base`.
+    fn fill_panels(
+        &self,
+        src: &GgmlMatrix,
+        panels: std::ops::Range<usize>,
+        words: &mut [u32],
+        sc: &mut [u16],
+        base: (usize, usize),
+    ) {
         let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
         let chunks = self.bits as usize;
         let src_blocks = src.k / QK;
         let block_bytes = src.dtype.block_bytes();
         let zero_word = if self.bits == 4 { 0x8888_8888u32 } else { 0 };
-        for panel in 0..self.panels() {
+        for panel in panels {
             for kb in 0..self.k_blocks() {
                 for tile in 0..self.panel_width(panel) / tw {
                     let (off, soff, nb) = self.tile_offset(panel, kb, tile);
-                    let (off, c0) = (off / 4, panel * self.t_b + tile * tw);
+                    let (off, soff, c0) = (
+                        off / 4 - base.0,
+                        soff - base.1,
+                        panel * self.t_b + tile * tw,
+                    );
                     for b in 0..nb {
                         let blk = kb * (self.m_b / QK) + b;
-                        let base = off + b * chunks * t_u * l;
+                        let at = off + b * chunks * t_u * l;
                         for t in 0..t_u {
                             for lane in 0..l {
                                 let col = t * l + lane;
@@ -165,7 +206,7 @@ impl I8Layout {
                                     block_words(self.bits, &block[2..], &mut lane_words);
                                 }
                                 for (g, word) in lane_words.iter().take(chunks).enumerate() {
-                                    words[base + (g * t_u + t) * l + lane] = *word;
+                                    words[at + (g * t_u + t) * l + lane] = *word;
                                 }
                             }
                         }
@@ -173,7 +214,6 @@ impl I8Layout {
                 }
             }
         }
-        I8Packed { w, sc }
     }
 }
 
@@ -395,6 +435,14 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&s| s == 1));
+    }
+
+    #[test]
+    fn threaded_repack_equals_serial() {
+        let w = quantize_symmetric(&Rng::new(9).vec_f32(320 * 70), 320, 70, 4, 32);
+        let l = I8Layout::new(4, 8, 2, 64, 32, 320, 70);
+        let (a, b) = (l.repack(&w), l.repack_threads(&w, 3));
+        assert_eq!((&*a.w, &a.sc), (&*b.w, &b.sc));
     }
 
     #[test]

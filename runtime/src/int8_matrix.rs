@@ -102,7 +102,7 @@ impl Int8Matrix {
             gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
         );
         let t0 = Instant::now();
-        let packed = layout.repack(m);
+        let packed = layout.repack_threads(m, pool::global().threads());
         let repack_seconds = t0.elapsed().as_secs_f64();
         if std::env::var_os("KGEN_LOG").is_some() {
             eprintln!(
