@@ -32,11 +32,6 @@ impl std::fmt::Debug for Int8Matrix {
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendPtr(*mut f32);
-unsafe impl Send for SendPtr {}
-unsafe impl Sync for SendPtr {}
-
 impl Int8Matrix {
     /// Packs GGUF Q4_0 / Q8_0 weights for the best kernel of the built-in registry.
     pub fn from_ggml(m: &GgmlMatrix) -> Result<Int8Matrix, Error> {
@@ -205,32 +200,9 @@ impl Int8Matrix {
     /// panels split across the pool's threads.
     pub fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
         let l = &self.layout;
-        if m == 0 || x.len() != m * l.k || y.len() != m * l.n {
-            return Err(Error::Shape(format!(
-                "a {}x{} matrix times {m} row(s) needs x of {} and y of {} values, got {} and {}",
-                l.k,
-                l.n,
-                m * l.k,
-                m * l.n,
-                x.len(),
-                y.len()
-            )));
-        }
+        crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
         let xa = quantize_activations(x, m, l.k, l.k_pad, l.bits);
         let kernel = if m == 1 { &self.gemv } else { &self.gemm };
-        let direct = l.n == l.n_pad;
-        let mut ypad = if direct {
-            Vec::new()
-        } else {
-            vec![0f32; m * l.n_pad]
-        };
-        let yptr = SendPtr(if direct {
-            y.as_mut_ptr()
-        } else {
-            ypad.as_mut_ptr()
-        });
-        let panels = l.panels();
-        let tasks = pool.threads().min(panels).max(1);
         let (w, sc) = (
             self.packed.w.as_bytes().as_ptr() as usize,
             self.packed.sc.as_ptr() as usize,
@@ -243,39 +215,25 @@ impl Int8Matrix {
         let run = kernel.run;
         let (k_pad, n_pad) = (l.k_pad, l.n_pad);
         debug_assert_eq!(k_pad % QK, 0);
-        let task = move |i: usize| {
-            let (p0, p1) = (i * panels / tasks, (i + 1) * panels / tasks);
-            if p0 < p1 {
-                let y = yptr;
-                // SAFETY: the kernel was selected by feature detection and the
-                // buffers have the layout's sizes; tasks write disjoint panels.
-                unsafe {
-                    run(
-                        w as *const u8,
-                        sc as *const u16,
-                        xq as *const i8,
-                        xd as *const f32,
-                        xc as *const i32,
-                        y.0,
-                        m,
-                        k_pad,
-                        n_pad,
-                        p0,
-                        p1,
-                    )
-                }
+        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
+            // SAFETY: the kernel was selected by feature detection and the
+            // buffers have the layout's sizes; each call writes only panels p0..p1.
+            unsafe {
+                run(
+                    w as *const u8,
+                    sc as *const u16,
+                    xq as *const i8,
+                    xd as *const f32,
+                    xc as *const i32,
+                    y,
+                    m,
+                    k_pad,
+                    n_pad,
+                    p0,
+                    p1,
+                )
             }
-        };
-        if tasks == 1 {
-            task(0);
-        } else {
-            pool.run(tasks, &task);
-        }
-        if !direct {
-            for r in 0..m {
-                y[r * l.n..(r + 1) * l.n].copy_from_slice(&ypad[r * l.n_pad..r * l.n_pad + l.n]);
-            }
-        }
+        });
         Ok(())
     }
 }

@@ -19,6 +19,7 @@ pub mod gptq_file;
 mod int8_matrix;
 mod kernel;
 mod matrix;
+mod panels;
 pub mod pool;
 
 pub use dispatch::{Registry, FORCE_ISA_ENV};

@@ -36,13 +36,6 @@ impl std::fmt::Debug for QuantMatrix {
     }
 }
 
-/// A raw pointer that may cross to the pool's threads: each task writes a
-/// disjoint column range.
-#[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
-unsafe impl<T> Send for SendPtr<T> {}
-unsafe impl<T> Sync for SendPtr<T> {}
-
 fn log_enabled() -> bool {
     std::env::var_os("KGEN_LOG").is_some()
 }
@@ -272,17 +265,7 @@ impl QuantMatrix {
     /// As [`QuantMatrix::gemm`], on a given pool (its thread count).
     pub fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
         let l = &self.layout;
-        if m == 0 || x.len() != m * l.k || y.len() != m * l.n {
-            return Err(Error::Shape(format!(
-                "a {}x{} matrix times {m} row(s) needs x of {} and y of {} values, got {} and {}",
-                l.k,
-                l.n,
-                m * l.k,
-                m * l.n,
-                x.len(),
-                y.len()
-            )));
-        }
+        crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
         let kernel = if m == 1 { &self.gemv } else { &self.gemm };
         // Activations padded to k_pad (and permuted for act-order), plus the
         // per-group sums the eq. 1/2 zero-point terms need.
@@ -315,19 +298,6 @@ impl QuantMatrix {
                     .for_each(|(v, f)| *v *= f);
             }
         }
-        let direct = l.n == l.n_pad;
-        let mut ypad = if direct {
-            Vec::new()
-        } else {
-            vec![0f32; m * l.n_pad]
-        };
-        let yptr = SendPtr(if direct {
-            y.as_mut_ptr()
-        } else {
-            ypad.as_mut_ptr()
-        });
-        let panels = l.panels();
-        let tasks = pool.threads().min(panels).max(1);
         let (w, sc, nz) = (
             self.packed.w.as_ptr() as usize,
             self.packed.sc.as_ptr() as usize,
@@ -336,42 +306,27 @@ impl QuantMatrix {
         let (xptr, xsptr) = (xp.as_ptr() as usize, xs.as_ptr() as usize);
         let run = kernel.run;
         let (k_pad, n_pad, zcurve) = (l.k_pad, l.n_pad, self.zcurve);
-        let task = move |i: usize| {
-            let p0 = i * panels / tasks;
-            let p1 = (i + 1) * panels / tasks;
-            if p0 < p1 {
-                let y = yptr;
-                // SAFETY: the kernel was selected by feature detection; the
-                // buffers have the layout's sizes (checked above and by
-                // construction); tasks write disjoint panels of y.
-                unsafe {
-                    run(
-                        w as *const u32,
-                        sc as *const f32,
-                        nz as *const f32,
-                        xptr as *const f32,
-                        xsptr as *const f32,
-                        y.0,
-                        m,
-                        k_pad,
-                        n_pad,
-                        p0,
-                        p1,
-                        zcurve,
-                    )
-                }
+        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
+            // SAFETY: the kernel was selected by feature detection; the buffers
+            // have the layout's sizes (checked above and by construction); each
+            // call writes only panels p0..p1 of y.
+            unsafe {
+                run(
+                    w as *const u32,
+                    sc as *const f32,
+                    nz as *const f32,
+                    xptr as *const f32,
+                    xsptr as *const f32,
+                    y,
+                    m,
+                    k_pad,
+                    n_pad,
+                    p0,
+                    p1,
+                    zcurve,
+                )
             }
-        };
-        if tasks == 1 {
-            task(0);
-        } else {
-            pool.run(tasks, &task);
-        }
-        if !direct {
-            for r in 0..m {
-                y[r * l.n..(r + 1) * l.n].copy_from_slice(&ypad[r * l.n_pad..r * l.n_pad + l.n]);
-            }
-        }
+        });
         Ok(())
     }
 }
