@@ -21,6 +21,21 @@ fn main() {
         std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
     });
     println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
+    let lay = kgen::int8_layout::I8Layout::new(4, 8, 2, 864, 96, k, n);
+    for t in [1, 2] {
+        let s = med(|| {
+            std::hint::black_box(lay.repack_threads(&g, t));
+        });
+        println!("  layout.repack_threads({t}): {:.2} ms", s * 1e3);
+    }
+    let v = med(|| {
+        std::hint::black_box(g.validate().unwrap());
+    });
+    println!(
+        "  validate: {:.2} ms; pool threads {}",
+        v * 1e3,
+        kgen_runtime::pool::global().threads()
+    );
     for threads in [1usize, 2] {
         let pool = Pool::new(threads);
         let qm = Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap();
