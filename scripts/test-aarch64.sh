@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The runtime's kernel tests cross-compiled for aarch64 and run under
-# qemu-user, as on an Arm server: NEON and portable kernels against the
-# oracle. Runs once per CPU model in QEMU_CPUS (default `max neoverse-n1`:
-# everything qemu implements, and a plain Armv8.2 server core); set
-# QEMU_CPU=<model> to run one model only.
+# qemu-user, as on an Arm server: NEON, dotprod (sdot) and portable kernels
+# against the oracle. Runs once per CPU model in QEMU_CPUS (default
+# `max neoverse-n1 cortex-a57`: everything qemu implements, an Armv8.2 server
+# core with dotprod, and an Armv8.0 core without it, where dispatch must fall
+# back without SIGILL); set QEMU_CPU=<model> to run one model only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 tests=(--test kernels --test aarch64_neon --test int8)
-cpus=${QEMU_CPU:-${QEMU_CPUS:-max neoverse-n1}}
+cpus=${QEMU_CPU:-${QEMU_CPUS:-max neoverse-n1 cortex-a57}}
 for cpu in $cpus; do
     echo "== qemu-aarch64 -cpu $cpu"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu" \

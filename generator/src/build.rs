@@ -78,7 +78,11 @@ pub fn family_targets(arch: Arch) -> &'static [&'static str] {
             "x86-64-v3",
             "generic-x86_64",
         ],
-        Arch::Aarch64 => &["generic-aarch64", "generic-aarch64-portable"],
+        Arch::Aarch64 => &[
+            "generic-aarch64",
+            "generic-aarch64-dotprod",
+            "generic-aarch64-portable",
+        ],
     }
 }
 
@@ -261,7 +265,8 @@ impl Config {
         let mut warnings = Vec::new();
         // Each (family, ISA) comes from the first target that provides it.
         let mut seen = std::collections::BTreeSet::new();
-        let mut pushes_i8 = TokenStream::new();
+        // int8 entries are emitted best ISA first whatever the target order.
+        let mut pushes_i8: Vec<(usize, TokenStream)> = Vec::new();
         for name in &names {
             let t = target::load(name)?;
             if t.arch != arch {
@@ -330,7 +335,10 @@ impl Config {
                         detector_for(isa.arch, isa.features, &detect),
                     );
                     for p in [&gemv, &gemm] {
-                        pushes_i8.extend(entry_i8(&self.runtime_path, &t, &module, p, &detect));
+                        pushes_i8.push((
+                            isa.rank(),
+                            entry_i8(&self.runtime_path, &t, &module, p, &detect),
+                        ));
                     }
                 }
             }
@@ -344,6 +352,8 @@ impl Config {
         }
         let rt: syn::Path = syn::parse_str(&self.runtime_path)
             .map_err(|e| Error::Usage(format!("runtime path `{}`: {e}", self.runtime_path)))?;
+        pushes_i8.sort_by_key(|(rank, _)| *rank);
+        let pushes_i8: TokenStream = pushes_i8.into_iter().map(|(_, t)| t).collect();
         let detect_fns = detectors.values();
         let top = quote! {
             #includes

@@ -81,6 +81,19 @@ pub const AVX2: I8Isa = I8Isa {
     signed_extra: 2.0,
 };
 
+pub const DOTPROD: I8Isa = I8Isa {
+    name: "dotprod",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Dotprod],
+    features: &["neon", "dotprod"],
+    lanes: 4,
+    registers: 32,
+    template_path: "templates/i8/dotprod.rs",
+    template: include_str!("../../templates/i8/dotprod.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+};
+
 pub const PORTABLE: I8Isa = I8Isa {
     name: "portable",
     arch: None,
@@ -95,7 +108,7 @@ pub const PORTABLE: I8Isa = I8Isa {
 };
 
 /// Best first.
-pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, PORTABLE];
+pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, DOTPROD, PORTABLE];
 
 impl I8Isa {
     pub fn by_name(name: &str) -> Option<I8Isa> {
@@ -104,6 +117,14 @@ impl I8Isa {
 
     pub fn runs_on(&self, t: &TargetDesc) -> bool {
         self.arch.is_none_or(|a| a == t.arch) && self.requires.iter().all(|f| t.has(*f))
+    }
+
+    /// Position in [`I8_FAMILY`] (lower is better).
+    pub fn rank(&self) -> usize {
+        I8_FAMILY
+            .iter()
+            .position(|i| i.name == self.name)
+            .unwrap_or(usize::MAX)
     }
 
     pub fn for_target(t: &TargetDesc) -> Vec<I8Isa> {

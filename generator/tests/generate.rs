@@ -190,7 +190,8 @@ fn cli_emits_the_int8_family() {
         ("zen5", "__avx512vnni"),
         ("alderlake", "__avxvnni"),
         ("haswell", "__avx2"),
-        ("neoverse-v1", "__portable"),
+        ("neoverse-v1", "__dotprod"),
+        ("generic-aarch64", "__portable"),
     ] {
         for format in ["q4_0", "q8_0"] {
             let out = kgen_bin()

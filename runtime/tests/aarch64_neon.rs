@@ -48,3 +48,39 @@ fn neon_first_then_portable_for_every_format() {
         assert_eq!((gemv.isa, gemm.isa), ("neon", "neon"));
     }
 }
+
+/// The int8 family on aarch64: sdot kernels exactly when the CPU has dotprod
+/// (qemu `-cpu max` / `neoverse-n1`), the portable ones otherwise
+/// (`cortex-a57`), and never an instruction the CPU lacks.
+#[test]
+fn int8_dotprod_kernels_run_exactly_where_dotprod_exists() {
+    if option_env!("KGEN_TARGETS").is_some() {
+        return;
+    }
+    let reg = kgen_runtime::Registry::builtin();
+    let has = std::arch::is_aarch64_feature_detected!("dotprod");
+    for bits in [4u32, 8] {
+        let isas: Vec<&str> = reg.runnable_i8(bits, false).iter().map(|e| e.isa).collect();
+        let want: &[&str] = if has {
+            &["dotprod", "portable"]
+        } else {
+            &["portable"]
+        };
+        assert_eq!(isas, want, "q{bits}_0");
+        let w = kgen::int8_layout::quantize_symmetric(
+            &kgen::format::Rng::new(1).vec_f32(64 * 8),
+            64,
+            8,
+            bits,
+            32,
+        );
+        let m = kgen_runtime::Int8Matrix::from_ggml(&w).unwrap();
+        assert_eq!(m.gemv_kernel().isa, want[0]);
+        let forced = kgen_runtime::Int8Matrix::from_ggml_isa(reg, &w, Some("dotprod"));
+        assert_eq!(
+            forced.is_ok(),
+            has,
+            "forcing dotprod must fail exactly when the CPU lacks it"
+        );
+    }
+}

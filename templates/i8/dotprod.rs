@@ -1,0 +1,133 @@
+// kgen template: int8-activation family, ISA aarch64 NEON + dotprod.
+//
+// One i32 lane per output column (4 per vector): sdot adds 4 byte products
+// into each lane, so no horizontal reduction is ever needed. The sdot
+// intrinsic is unstable on stable Rust, so it is inline asm here.
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+/// f32 vector (4 columns).
+pub type F = float32x4_t;
+/// 4 i32 lanes, or 16 bytes (4 per column).
+pub type I = int32x4_t;
+
+#[inline(always)]
+pub unsafe fn zero_f() -> F {
+    vdupq_n_f32(0.0)
+}
+
+#[inline(always)]
+pub unsafe fn zero_i() -> I {
+    vdupq_n_s32(0)
+}
+
+#[inline(always)]
+pub unsafe fn loadf(p: *const f32) -> F {
+    vld1q_f32(p)
+}
+
+#[inline(always)]
+pub unsafe fn storef(p: *mut f32, v: F) {
+    vst1q_f32(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn splatf(p: *const f32) -> F {
+    vdupq_n_f32(*p)
+}
+
+#[inline(always)]
+pub unsafe fn fmaf(a: F, b: F, c: F) -> F {
+    vfmaq_f32(c, a, b)
+}
+
+#[inline(always)]
+pub unsafe fn mulf(a: F, b: F) -> F {
+    vmulq_f32(a, b)
+}
+
+/// 16 weight bytes: 4 of each of 4 columns.
+#[inline(always)]
+pub unsafe fn loadb(p: *const u8) -> I {
+    vreinterpretq_s32_u8(vld1q_u8(p))
+}
+
+#[inline(always)]
+pub unsafe fn nib_lo(w: I) -> I {
+    vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0x0F)))
+}
+
+#[inline(always)]
+pub unsafe fn nib_hi(w: I) -> I {
+    vreinterpretq_s32_u8(vshrq_n_u8::<4>(vreinterpretq_u8_s32(w)))
+}
+
+/// 4 activation bytes in every lane.
+#[inline(always)]
+pub unsafe fn bcast4(p: *const i8) -> I {
+    vdupq_n_s32((p as *const i32).read_unaligned())
+}
+
+/// acc + per-lane sum of 4 signed byte products (sdot).
+#[inline(always)]
+pub unsafe fn sdot(acc: I, w: I, x: I) -> I {
+    let mut acc = acc;
+    asm!(
+        ".arch_extension dotprod",
+        "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+        acc = inout(vreg) acc,
+        w = in(vreg) w,
+        x = in(vreg) x,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
+}
+
+/// Block accumulator += 4-byte products: the nibbles (0..15) are
+/// non-negative as signed bytes, so sdot needs no sign handling.
+#[inline(always)]
+pub unsafe fn pair_acc(acc: I, w: I, x: I) -> I {
+    sdot(acc, w, x)
+}
+
+/// sdot already accumulates i32 lane sums.
+#[inline(always)]
+pub unsafe fn block_sum(acc: I) -> I {
+    acc
+}
+
+/// Signed x signed.
+#[inline(always)]
+pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
+    sdot(acc, w, x)
+}
+
+#[inline(always)]
+pub unsafe fn splati(p: *const i32) -> I {
+    vdupq_n_s32(*p)
+}
+
+#[inline(always)]
+pub unsafe fn subi(a: I, b: I) -> I {
+    vsubq_s32(a, b)
+}
+
+#[inline(always)]
+pub unsafe fn cvti(a: I) -> F {
+    vcvtq_f32_s32(a)
+}
+
+/// 4 f16 scales (one per column) to f32 with one fcvtl (base Armv8 FP;
+/// the f16 vector intrinsics are unstable, so inline asm).
+#[inline(always)]
+pub unsafe fn scales(p: *const u16) -> F {
+    let h = vld1_u16(p);
+    let out: F;
+    asm!(
+        "fcvtl {o:v}.4s, {h:v}.4h",
+        o = out(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    out
+}
