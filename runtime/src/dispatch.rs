@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 /// Environment variable that forces one ISA (`avx512f`, `avx2`, `neon`, `portable`;
-/// int8 kernels: `avx512vnni`, `avxvnni`, `avx2`, `portable`).
+/// int8 kernels: `avx512vnni`, `avxvnni`, `avx2`, `dotprod`, `portable`).
 pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 
 type Key = (u32, usize, bool);
