@@ -311,8 +311,8 @@ impl Config {
                         &self.runtime_path,
                         &t,
                         &module,
-                        &plan.kernel_name(),
-                        plan.spec.op,
+                        plan,
+                        isa.arch,
                         &detect,
                     ));
                 }
@@ -449,21 +449,15 @@ pub(crate) fn entry(
     rt: &str,
     t: &TargetDesc,
     module: &syn::Ident,
-    kernel: &str,
-    op: Op,
+    plan: &crate::planner::Plan,
+    arch: Option<Arch>,
     detect: &syn::Ident,
 ) -> TokenStream {
     let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
-    let k = format_ident!("{}", kernel);
+    let k = format_ident!("{}", plan.kernel_name());
     let target_name = &t.name;
-    let gemm = matches!(op, Op::Gemm { .. });
-    let cfg = match Isa::by_name(kernel.rsplit("__").next().unwrap_or("")).and_then(|i| i.arch) {
-        Some(a) => {
-            let a = a.cfg_name();
-            quote! { #[cfg(target_arch = #a)] }
-        }
-        None => TokenStream::new(),
-    };
+    let gemm = matches!(plan.spec.op, Op::Gemm { .. });
+    let cfg = crate::emit::arch_cfg(arch);
     quote! {
         #cfg
         {
@@ -502,13 +496,7 @@ fn entry_i8(
     let k = format_ident!("{}", p.kernel_name());
     let target_name = &t.name;
     let gemm = matches!(p.spec.op, Op::Gemm { .. });
-    let cfg = match crate::int8::I8Isa::by_name(p.isa).and_then(|i| i.arch) {
-        Some(a) => {
-            let a = a.cfg_name();
-            quote! { #[cfg(target_arch = #a)] }
-        }
-        None => TokenStream::new(),
-    };
+    let cfg = crate::emit::arch_cfg(crate::int8::I8Isa::by_name(p.isa).and_then(|i| i.arch));
     quote! {
         #cfg
         {

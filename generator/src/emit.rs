@@ -208,19 +208,8 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
     let micro: Vec<TokenStream> = (1..=geo.m_r).map(|r| micro_kernel(&geo, r)).collect();
     let driver = driver(plan, &geo);
     let feature_names = isa.feature_names();
-    let features_joined = feature_names.join(",");
-    let cfg = match isa.arch {
-        Some(a) => {
-            let arch = a.cfg_name();
-            quote! { #[cfg(target_arch = #arch)] }
-        }
-        None => TokenStream::new(),
-    };
-    let tf = if feature_names.is_empty() {
-        TokenStream::new()
-    } else {
-        quote! { #[target_feature(enable = #features_joined)] }
-    };
+    let cfg = arch_cfg(isa.arch);
+    let tf = target_feature_attr(&feature_names);
     let isa_name = isa.name;
     let bits = geo.bits;
     let group = lit(plan.spec.group.size().unwrap_or(0));
@@ -604,6 +593,28 @@ pub fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<b
     }
     std::fs::write(path, text)?;
     Ok(true)
+}
+
+/// `#[cfg(target_arch = ...)]` for an ISA of one architecture; nothing for
+/// the portable ISA.
+pub(crate) fn arch_cfg(arch: Option<crate::target::Arch>) -> TokenStream {
+    match arch {
+        Some(a) => {
+            let a = a.cfg_name();
+            quote! { #[cfg(target_arch = #a)] }
+        }
+        None => TokenStream::new(),
+    }
+}
+
+/// `#[target_feature(enable = ...)]` for an entry point; nothing without features.
+pub(crate) fn target_feature_attr(features: &[&str]) -> TokenStream {
+    if features.is_empty() {
+        TokenStream::new()
+    } else {
+        let joined = features.join(",");
+        quote! { #[target_feature(enable = #joined)] }
+    }
 }
 
 /// Attributes of every function in a kernel module: an ISA with target

@@ -503,19 +503,8 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let module = format_ident!("{}", name);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro_kernel(p, &isa, r)).collect();
     let driver = driver(p, &isa);
-    let cfg = match isa.arch {
-        Some(a) => {
-            let a = a.cfg_name();
-            quote! { #[cfg(target_arch = #a)] }
-        }
-        None => TokenStream::new(),
-    };
-    let tf = if isa.features.is_empty() {
-        TokenStream::new()
-    } else {
-        let joined = isa.features.join(",");
-        quote! { #[target_feature(enable = #joined)] }
-    };
+    let cfg = crate::emit::arch_cfg(isa.arch);
+    let tf = crate::emit::target_feature_attr(isa.features);
     let features = isa.features;
     let isa_name = isa.name;
     let bits = p.spec.bits;

@@ -143,25 +143,11 @@ impl Isa {
     }
 }
 
+/// The `target_feature` / detection-macro spelling of a feature: the
+/// target-file spelling, except `sse4.2`.
 pub fn feature_name(f: Feature) -> &'static str {
     match f {
         Feature::Sse42 => "sse4.2",
-        Feature::Avx => "avx",
-        Feature::Avx2 => "avx2",
-        Feature::Fma => "fma",
-        Feature::Avx512f => "avx512f",
-        Feature::Avx512bw => "avx512bw",
-        Feature::Avx512vl => "avx512vl",
-        Feature::Avx512vnni => "avx512vnni",
-        Feature::Avx512vbmi => "avx512vbmi",
-        Feature::Avx512vpopcntdq => "avx512vpopcntdq",
-        Feature::Avx512bf16 => "avx512bf16",
-        Feature::Avxvnni => "avxvnni",
-        Feature::Neon => "neon",
-        Feature::Dotprod => "dotprod",
-        Feature::I8mm => "i8mm",
-        Feature::Sve => "sve",
-        Feature::Sve2 => "sve2",
-        Feature::Bf16 => "bf16",
+        other => other.name(),
     }
 }

@@ -209,8 +209,8 @@ fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), 
             "::kgen_runtime",
             target,
             &module,
-            &plan.kernel_name(),
-            plan.spec.op,
+            plan,
+            isa.arch,
             &detect,
         ));
     }
