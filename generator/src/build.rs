@@ -80,6 +80,7 @@ pub fn family_targets(arch: Arch) -> &'static [&'static str] {
         ],
         Arch::Aarch64 => &[
             "generic-aarch64",
+            "generic-aarch64-i8mm",
             "generic-aarch64-dotprod",
             "generic-aarch64-portable",
         ],
@@ -512,6 +513,9 @@ fn entry_i8(
                 m_r: k::M_R,
                 m_b: k::M_B,
                 t_b: k::T_B,
+                group_bytes: k::GROUP_BYTES,
+                signed: k::SIGNED,
+                row_pairs: k::ROW_PAIRS,
                 gemm: #gemm,
                 detect: #detect,
                 run: k::run,

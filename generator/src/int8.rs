@@ -40,6 +40,15 @@ pub struct I8Isa {
     pub dot_uops: f64,
     /// Extra uops of `dot_s` over `dot_u` (sign handling).
     pub signed_extra: f64,
+    /// Bytes of one column per lane and chunk: 4 (one column per i32 lane,
+    /// dot-product instructions) or 8 (column pairs for 2x2 matrix multiply).
+    pub group_bytes: usize,
+    /// 4-bit levels stored as signed nibbles, read as `16 q` with one shift
+    /// or one mask and no bias correction (needs a signed x signed dot).
+    pub signed_nibbles: bool,
+    /// GEMM micro kernels use 2x2 matrix-multiply tiles (smmla) on
+    /// activation rows interleaved in pairs.
+    pub mmla: bool,
 }
 
 pub const AVX512VNNI: I8Isa = I8Isa {
@@ -53,6 +62,9 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     template: include_str!("../../templates/i8/avx512vnni.rs"),
     dot_uops: 1.0,
     signed_extra: 3.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
 };
 
 pub const AVXVNNI: I8Isa = I8Isa {
@@ -66,6 +78,9 @@ pub const AVXVNNI: I8Isa = I8Isa {
     template: include_str!("../../templates/i8/avxvnni.rs"),
     dot_uops: 1.0,
     signed_extra: 2.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
 };
 
 pub const AVX2: I8Isa = I8Isa {
@@ -79,6 +94,9 @@ pub const AVX2: I8Isa = I8Isa {
     template: include_str!("../../templates/i8/avx2.rs"),
     dot_uops: 3.0,
     signed_extra: 2.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
 };
 
 pub const DOTPROD: I8Isa = I8Isa {
@@ -92,6 +110,25 @@ pub const DOTPROD: I8Isa = I8Isa {
     template: include_str!("../../templates/i8/dotprod.rs"),
     dot_uops: 1.0,
     signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: true,
+    mmla: false,
+};
+
+pub const I8MM: I8Isa = I8Isa {
+    name: "i8mm",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Dotprod, Feature::I8mm],
+    features: &["neon", "dotprod", "i8mm"],
+    lanes: 2,
+    registers: 32,
+    template_path: "templates/i8/i8mm.rs",
+    template: include_str!("../../templates/i8/i8mm.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+    group_bytes: 8,
+    signed_nibbles: true,
+    mmla: true,
 };
 
 pub const PORTABLE: I8Isa = I8Isa {
@@ -105,10 +142,13 @@ pub const PORTABLE: I8Isa = I8Isa {
     template: include_str!("../../templates/i8/portable.rs"),
     dot_uops: 12.0,
     signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
 };
 
 /// Best first.
-pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, DOTPROD, PORTABLE];
+pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, DOTPROD, PORTABLE];
 
 impl I8Isa {
     pub fn by_name(name: &str) -> Option<I8Isa> {
@@ -197,18 +237,94 @@ impl I8Plan {
             self.isa
         )
     }
+
+    /// The packed layout, in the Arm paper's naming: `Q4_0_8_8` is Q4_0 with
+    /// 8 columns interleaved in 8-byte groups.
+    pub fn layout_name(&self) -> String {
+        let isa = I8Isa::by_name(self.isa).expect("plan ISA");
+        format!(
+            "Q{}_0_{}_{}",
+            self.spec.bits,
+            self.lanes * self.tile.t_u,
+            isa.group_bytes
+        )
+    }
 }
 
 /// Vector registers a tile keeps live: f32 and i32 accumulators, the
-/// weight vectors (and their high nibbles), two activation broadcasts, and
-/// the nibble mask and the word of ones.
-pub fn registers(spec: &I8Spec, tile: I8Tile) -> usize {
+/// weight vectors (and their high nibbles), two activation vectors, and two
+/// constants (nibble mask, word of ones).
+pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     let weights = if spec.bits == 4 {
         2 * tile.t_sub
     } else {
         tile.t_sub
     };
-    2 * tile.t_sub * tile.m_r + weights + 2 + 2
+    let accumulators = if isa.group_bytes == 8 {
+        if tile.m_r == 1 {
+            // i32 per column pair, f32 per 4 columns.
+            tile.t_sub + tile.t_sub.div_ceil(2)
+        } else {
+            // 2x2 (rows x columns) tiles, i32 and f32.
+            2 * tile.m_r.div_ceil(2) * tile.t_sub
+        }
+    } else {
+        2 * tile.t_sub * tile.m_r
+    };
+    accumulators + weights + 2 + 2
+}
+
+/// Vector work of one 32-value block of one micro tile, as the emitter
+/// writes it: (vector ALU uops, loads, dot/matrix instructions).
+fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
+    let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
+    let four = spec.bits == 4;
+    if isa.group_bytes == 8 {
+        // Column pairs; chunks of 8 bytes per column.
+        let chunks = if four { 2.0 } else { 4.0 };
+        let unpack = if four { 2.0 * chunks * t } else { 0.0 };
+        if tile.m_r == 1 {
+            // sdot on 8-byte groups, pair sums folded 4 columns at a time.
+            let dots = 4.0 * t;
+            let fold = (t / 2.0) * 5.0; // addp, cvt, mul, fma, scale convert
+            let loads = t * chunks + if four { 2.0 * chunks } else { 4.0 } + t / 2.0 + 1.0;
+            return (unpack + dots + fold, loads, dots);
+        }
+        let pairs = (rows / 2.0).ceil();
+        let dots = 4.0 * pairs * t; // smmla: 2x2 outputs x 8 values
+        let fold = 3.0 * pairs * t + t; // cvt, mul, fma; scale convert
+        let loads = t * chunks + 4.0 * pairs + pairs + t;
+        return (unpack + dots + fold, loads, dots);
+    }
+    let chunks = spec.bits as f64; // 4-byte chunks per column per block
+    let dot = if four {
+        isa.dot_uops
+    } else {
+        isa.dot_uops + isa.signed_extra
+    };
+    let unpack = if four { 3.0 * t * chunks / 2.0 } else { 0.0 };
+    // 4-bit: two pair_acc per chunk (both nibbles): maddubs + i16 add on
+    // maddubs ISAs (2 of the 3 uops of a dot_u), plus one widening madd per block.
+    let pair = if isa.dot_uops > 1.0 { 2.0 / 3.0 } else { 1.0 };
+    let widen = if isa.dot_uops > 1.0 { 1.0 / 3.0 } else { 0.0 };
+    let dots = if four {
+        2.0 * pair * chunks + widen
+    } else {
+        chunks
+    } * t
+        * rows
+        * dot;
+    // (bias sub,) cvt, mul, fma; scale convert.
+    let bias = if four && !isa.signed_nibbles {
+        1.0
+    } else {
+        0.0
+    };
+    let fold = t * rows * (3.0 + bias) + t;
+    // Weight chunks, activation broadcasts (two per 4-bit chunk, one per
+    // 8-bit chunk, each covering 4 bytes), scales, and the block's x scale/sum.
+    let loads = t * chunks + rows * chunks + t + 2.0 * rows;
+    (unpack + dots + fold, loads, dots / dot)
 }
 
 /// eq. 5 for this family, in bits: int8 activations, weights with their
@@ -227,48 +343,19 @@ pub fn predict(
     k: usize,
     n: usize,
 ) -> (f64, f64) {
-    let (t_u, m_r) = (tile.t_sub as f64, tile.m_r as f64);
-    let chunks = spec.bits as f64; // 4-byte chunks per column per block
-    let dot = if spec.bits == 4 {
-        isa.dot_uops
-    } else {
-        isa.dot_uops + isa.signed_extra
-    };
-    // Per block of one tile.
-    let unpack = if spec.bits == 4 {
-        3.0 * t_u * chunks / 2.0
-    } else {
-        0.0
-    };
-    // 4-bit: two pair_acc per chunk (both nibbles): maddubs + i16 add on
-    // maddubs ISAs (2 of the 3 uops of a dot_u), plus one widening madd per block.
-    let pair = if isa.dot_uops > 1.0 { 2.0 / 3.0 } else { 1.0 };
-    let widen = if isa.dot_uops > 1.0 { 1.0 / 3.0 } else { 0.0 };
-    let dots = if spec.bits == 4 {
-        2.0 * pair * chunks + widen
-    } else {
-        chunks
-    } * t_u
-        * m_r
-        * dot;
-    let fold = t_u * m_r * 4.0 + t_u; // sub, cvt, mul, fma; scale convert
-    let vec_uops = unpack + dots + fold;
-    // Weight chunks, activation broadcasts (two per 4-bit chunk, one per
-    // 8-bit chunk, each covering 4 bytes), scales, and the block's x scale/sum.
-    let loads = t_u * chunks + m_r * chunks + t_u + 2.0 * m_r;
-    let dot_calls = dots / dot;
+    let (vec_uops, loads, dot_calls) = block_ops(spec, isa, tile);
     let units = (t.core.vector_alu_units + t.core.fma_units).max(1) as f64;
     let cycles = (vec_uops / units)
         .max(loads / t.core.load_units.max(1) as f64)
         .max(dot_calls / t.core.dot_units.max(1) as f64);
     let tw = (isa.lanes * tile.t_sub) as f64;
-    let bytes = tw * (4.0 * chunks + 2.0);
+    let bytes = tw * (4.0 * spec.bits as f64 + 2.0);
     let rows = spec.op.rows() as f64;
-    let passes = (rows / m_r).ceil();
+    let passes = (rows / tile.m_r as f64).ceil();
     let compute_gbs = bytes * t.core.ghz / (cycles * passes);
     let eff = n as f64 / round_up(n, isa.lanes * tile.t_u) as f64;
     let gbs = compute_gbs.min(t.memory.bandwidth_per_core_gbs) * eff;
-    let weight_bytes = (k * n) as f64 * (4.0 * chunks + 2.0) / QK as f64;
+    let weight_bytes = (k * n) as f64 * (4.0 * spec.bits as f64 + 2.0) / QK as f64;
     let gflops = 2.0 * rows * (k * n) as f64 / (weight_bytes / (gbs * 1e9)) / 1e9;
     (gbs, gflops)
 }
@@ -296,13 +383,20 @@ pub fn plan(
     };
     let mut best: Option<(f64, I8Tile)> = None;
     for m_r in 1..=max_rows {
-        for t_u in 1..=8 {
+        // Matrix-multiply layouts interleave 4 or 8 columns (Q4_0_4_8 /
+        // Q4_0_8_8): whole pairs of column pairs, so GEMV pair sums fill vectors.
+        let widths: &[usize] = if isa.group_bytes == 8 {
+            &[2, 4]
+        } else {
+            &[1, 2, 3, 4, 5, 6, 7, 8]
+        };
+        for &t_u in widths {
             let tile = I8Tile {
                 t_u,
                 t_sub: t_u,
                 m_r,
             };
-            if registers(spec, tile) > isa.registers {
+            if registers(spec, isa, tile) > isa.registers {
                 continue;
             }
             let (gbs, _) = predict(spec, isa, t, tile, shape.0, shape.1);
@@ -356,7 +450,7 @@ pub fn plan(
         tile,
         m_b,
         t_b,
-        registers: registers(spec, tile),
+        registers: registers(spec, isa, tile),
         register_limit: isa.registers,
         l1_bits: lhs,
         l1_gamma: gamma,
@@ -382,13 +476,15 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
         I8Tile {
             t_u,
             t_sub: t_u,
-            m_r: 1,
+            m_r: if isa.mmla { 2 } else { 1 },
         },
     );
-    for t_sub in (1..=t_u).filter(|d| t_u.is_multiple_of(*d)) {
-        for m_r in 1..=m.min(MAX_M_R) {
+    // 2x2 matrix tiles: whole row pairs and column pairs of pairs.
+    let step = if isa.mmla { 2 } else { 1 };
+    for t_sub in (1..=t_u).filter(|d| t_u.is_multiple_of(*d) && d % step == 0) {
+        for m_r in (step..=m.max(step).min(MAX_M_R)).step_by(step) {
             let tile = I8Tile { t_u, t_sub, m_r };
-            if registers(&spec, tile) >= isa.registers {
+            if registers(&spec, &isa, tile) >= isa.registers {
                 continue;
             }
             let (_, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
@@ -402,7 +498,7 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
     I8Plan {
         spec,
         tile,
-        registers: registers(&spec, tile),
+        registers: registers(&spec, &isa, tile),
         l1_bits: l1_bits(&spec, tile.m_r, gemv.m_b, gemv.t_b),
         gbs,
         gflops,
@@ -453,7 +549,9 @@ pub fn emit_file(
             h,
             "//   format:   {} ({}), op {}",
             p.spec.format_tag(),
-            if p.spec.bits == 4 {
+            if p.spec.bits == 4 && isa.signed_nibbles {
+                "4-bit, signed nibbles"
+            } else if p.spec.bits == 4 {
                 "4-bit, nibbles + 8"
             } else {
                 "8-bit signed"
@@ -467,8 +565,30 @@ pub fn emit_file(
         );
         let _ = writeln!(
             h,
-            "//   plan:     t_u={} (micro tile t_sub={}) m_r={} interleave={} columns m_b={} t_b={}",
-            p.tile.t_u, p.tile.t_sub, p.tile.m_r, p.lanes, p.m_b, p.t_b
+            "//   layout:   {} ({} columns interleaved in {}-byte groups{})",
+            p.layout_name(),
+            p.lanes * p.tile.t_u,
+            isa.group_bytes,
+            if isa.signed_nibbles && p.spec.bits == 4 {
+                ", signed nibbles read as 16 q"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            h,
+            "//   plan:     t_u={} (micro tile t_sub={}) m_r={} columns per vector={} m_b={} t_b={}{}",
+            p.tile.t_u,
+            p.tile.t_sub,
+            p.tile.m_r,
+            p.lanes,
+            p.m_b,
+            p.t_b,
+            if isa.mmla && p.tile.m_r > 1 {
+                " (2x2 smmla tiles, activation rows in pairs)"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(
             h,
@@ -501,7 +621,17 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let items = crate::emit::template_items(&template, isa.features);
     let name = p.kernel_name();
     let module = format_ident!("{}", name);
-    let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro_kernel(p, &isa, r)).collect();
+    let micro: Vec<TokenStream> = (1..=p.tile.m_r)
+        .map(|r| {
+            if isa.group_bytes == 4 {
+                micro_kernel(p, &isa, r)
+            } else if p.tile.m_r == 1 {
+                crate::int8_mmla::micro_gemv(p, &isa)
+            } else {
+                crate::int8_mmla::micro_mmla(p, &isa, r)
+            }
+        })
+        .collect();
     let driver = driver(p, &isa);
     let cfg = crate::emit::arch_cfg(isa.arch);
     let tf = crate::emit::target_feature_attr(isa.features);
@@ -516,6 +646,9 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
         lit(p.t_b),
     );
     let t_sub = lit(p.tile.t_sub);
+    let group_bytes = lit(isa.group_bytes);
+    let signed = isa.signed_nibbles && p.spec.bits == 4;
+    let row_pairs = isa.mmla && p.tile.m_r > 1;
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
         p.spec.format_tag(),
@@ -545,6 +678,12 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             pub const M_R: usize = #m_r;
             pub const M_B: usize = #m_b;
             pub const T_B: usize = #t_b;
+            /// Bytes of a column per lane and chunk (4, or 8 for pair layouts).
+            pub const GROUP_BYTES: usize = #group_bytes;
+            /// 4-bit levels as signed nibbles (activation scales carry 1/16).
+            pub const SIGNED: bool = #signed;
+            /// Activation rows interleaved in pairs (`kgen::int8_layout::ActFormat`).
+            pub const ROW_PAIRS: bool = #row_pairs;
 
             #(#micro)*
 
@@ -654,21 +793,22 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     for r in 0..rows {
         let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
         let row = lit(r);
-        fold.extend(quote! {
-            let #dx = ops::splatf(xd.add(#row * ldb));
-            let #c = ops::splati(xc.add(#row * ldb));
-        });
+        fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
+        if p.spec.bits == 4 && !isa.signed_nibbles {
+            fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
+        }
         for t in 0..t_sub {
             let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
             // 4-bit blocks accumulate in the template's block form (i16 pairs
-            // on maddubs ISAs); 8-bit ones directly in i32.
-            let sum = if p.spec.bits == 4 {
-                quote! { ops::block_sum(#i) }
-            } else {
-                quote! { #i }
+            // on maddubs ISAs); 8-bit ones directly in i32. Only unsigned
+            // nibbles carry a bias to remove.
+            let sum = match (p.spec.bits, isa.signed_nibbles) {
+                (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
+                (4, true) => quote! { ops::block_sum(#i) },
+                _ => quote! { #i },
             };
             fold.extend(quote! {
-                #f = ops::fmaf(ops::cvti(ops::subi(#sum, #c)), ops::mulf(#s, #dx), #f);
+                #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
             });
         }
     }
@@ -710,7 +850,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let (subs, sub_cols, sub_bytes) = (
         lit(p.tile.t_u / p.tile.t_sub),
         lit(p.tile.t_sub * p.lanes),
-        lit(p.tile.t_sub * 4 * p.lanes),
+        lit(p.tile.t_sub * p.lanes * isa.group_bytes),
     );
     let m_r = lit(p.tile.m_r);
     let full = format_ident!("micro_r{}", p.tile.m_r);
@@ -722,6 +862,18 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         })
         .collect();
     let attrs = fn_attrs(isa);
+    // Pair-interleaved activations: a row pair spans 2 k_pad bytes and 4
+    // scales per block.
+    let (pairs, xs, bs) = if isa.mmla && p.tile.m_r > 1 {
+        (quote! { r / 2 }, lit(64), lit(4))
+    } else {
+        (quote! { r }, lit(32), lit(1))
+    };
+    let (ldx_mul, ldb_mul) = if isa.mmla && p.tile.m_r > 1 {
+        (lit(2), lit(4))
+    } else {
+        (lit(1), lit(1))
+    };
     quote! {
         #attrs
         unsafe fn body(
@@ -732,7 +884,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                 let blocks = k_pad / 32;
                 let per_kb = M_B / 32;
                 let k_blocks = (blocks + per_kb - 1) / per_kb;
-                let (ldx, ldb, ldy) = (k_pad, blocks, n_pad);
+                let (ldx, ldb, ldy) = (#ldx_mul * k_pad, #ldb_mul * blocks, n_pad);
                 let c_begin = panel_begin * T_B;
                 let c_end = (panel_end * T_B).min(n_pad);
                 for r in 0..m {
@@ -752,13 +904,13 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                             let b0 = kb * per_kb;
                             let mut r = 0;
                             while r + #m_r <= m {
-                                let (xr, xdr, xcr) = (xq.add(r * ldx + b0 * 32), xd.add(r * ldb + b0), xc.add(r * ldb + b0));
+                                let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
                                 let yr = y.add(r * ldy + c);
                                 #full(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb);
                                 r += #m_r;
                             }
                             if r < m {
-                                let (xr, xdr, xcr) = (xq.add(r * ldx + b0 * 32), xd.add(r * ldb + b0), xc.add(r * ldb + b0));
+                                let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
                                 let yr = y.add(r * ldy + c);
                                 match m - r {
                                     #(#arms)*

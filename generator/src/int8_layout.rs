@@ -18,6 +18,14 @@
 //!   broadcast. The `+8` is removed once per block with the activation sum.
 //! - 8-bit: byte `j` = `q[4g + j]` as i8.
 //!
+//! With `group_bytes` G = 8 (the MMLA layouts, paper 000's Q4_0_4_8 and
+//! Q4_0_8_8) a lane is 8 bytes of one column and a 16-byte vector holds a
+//! column pair: 4-bit chunk `g` byte `j` = `q[16g + j] | q[16g + 8 + j] << 4`.
+//! The interleave (columns whose chunk `g` is contiguous) is `lanes * t_u`.
+//! `signed` layouts store 4-bit levels as two's-complement nibbles
+//! (`level ^ 8`): the kernel gets `16 q` from one shift (low) or one mask
+//! (high), and the factor 16 is folded into the activation scale.
+//!
 //! Loop levels match the f32 family ([`crate::layout`]): panels of `t_b`
 //! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
 //! 32-value blocks, chunks, and the `t_u` column groups of a tile. The f16
@@ -32,9 +40,14 @@ use half::f16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct I8Layout {
     pub bits: u32,
-    /// Columns interleaved per vector (i32 lanes).
+    /// Columns per vector: i32 lanes (G = 4) or column pairs (G = 8).
     pub lanes: usize,
     pub t_u: usize,
+    /// Bytes of one column per lane and chunk: 4 (dot-product layouts) or 8
+    /// (matrix-multiply layouts).
+    pub group_bytes: usize,
+    /// 4-bit levels as signed nibbles (kernels read `16 q`).
+    pub signed: bool,
     /// K block, values (multiple of 32).
     pub m_b: usize,
     /// Panel width, columns (multiple of `lanes * t_u`).
@@ -74,6 +87,8 @@ impl I8Layout {
             bits,
             lanes,
             t_u,
+            group_bytes: 4,
+            signed: false,
             m_b,
             t_b,
             k,
@@ -81,6 +96,37 @@ impl I8Layout {
             k_pad: round_up(k.max(1), QK),
             n_pad: round_up(n.max(1), tw),
         }
+    }
+
+    /// The same geometry with `group_bytes`-byte lane groups and, for 4-bit,
+    /// signed nibbles.
+    pub fn grouped(mut self, group_bytes: usize, signed: bool) -> I8Layout {
+        assert!(
+            group_bytes == 4 || group_bytes == 8,
+            "lane groups of 4 or 8 bytes"
+        );
+        self.group_bytes = group_bytes;
+        self.signed = signed && self.bits == 4;
+        self
+    }
+
+    /// Activation scale factor the kernels expect: signed nibbles read `16 q`.
+    pub fn x_scale(&self) -> f32 {
+        if self.signed {
+            1.0 / 16.0
+        } else {
+            1.0
+        }
+    }
+
+    /// `Q4_0_8_8`: format, interleaved columns, bytes per lane group.
+    pub fn name(&self) -> String {
+        format!(
+            "Q{}_0_{}_{}",
+            self.bits,
+            self.tile_width(),
+            self.group_bytes
+        )
     }
 
     pub fn tile_width(&self) -> usize {
@@ -177,36 +223,49 @@ impl I8Layout {
         base: (usize, usize),
     ) {
         let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
-        let chunks = self.bits as usize;
+        let bb = self.block_bytes();
+        let gb = self.group_bytes;
+        let chunks = bb / gb;
         let src_blocks = src.k / QK;
         let block_bytes = src.dtype.block_bytes();
-        let zero_word = if self.bits == 4 { 0x8888_8888u32 } else { 0 };
+        let flip = if self.signed { 0x88 } else { 0 };
+        // A zero level: nibble 8 unsigned, 0 signed; 0 as i8.
+        let zero_byte = if self.bits == 4 { 0x88 ^ flip } else { 0 };
+        let bytes: &mut [u8] = bytemuck_bytes(words);
+        let base_bytes = base.0 * 4;
         for panel in panels {
             for kb in 0..self.k_blocks() {
                 for tile in 0..self.panel_width(panel) / tw {
                     let (off, soff, nb) = self.tile_offset(panel, kb, tile);
                     let (off, soff, c0) = (
-                        off / 4 - base.0,
+                        off - base_bytes,
                         soff - base.1,
                         panel * self.t_b + tile * tw,
                     );
                     for b in 0..nb {
                         let blk = kb * (self.m_b / QK) + b;
-                        let at = off + b * chunks * t_u * l;
+                        let at = off + b * tw * bb;
                         for t in 0..t_u {
                             for lane in 0..l {
                                 let col = t * l + lane;
                                 let j = c0 + col;
-                                let mut lane_words = [zero_word; 8];
+                                let mut col_bytes = [zero_byte; QK];
                                 if j < self.n && blk < src_blocks {
                                     let block = &src.data[(j * src_blocks + blk) * block_bytes..]
                                         [..block_bytes];
                                     sc[soff + b * tw + col] =
                                         u16::from_le_bytes([block[0], block[1]]);
-                                    block_words(self.bits, &block[2..], &mut lane_words);
+                                    block_chunks(self.bits, gb, &block[2..], &mut col_bytes);
+                                    if flip != 0 {
+                                        for v in &mut col_bytes[..bb] {
+                                            *v ^= flip;
+                                        }
+                                    }
                                 }
-                                for (g, word) in lane_words.iter().take(chunks).enumerate() {
-                                    words[at + (g * t_u + t) * l + lane] = *word;
+                                for g in 0..chunks {
+                                    let dst = at + ((g * t_u + t) * l + lane) * gb;
+                                    bytes[dst..dst + gb]
+                                        .copy_from_slice(&col_bytes[g * gb..(g + 1) * gb]);
                                 }
                             }
                         }
@@ -217,26 +276,46 @@ impl I8Layout {
     }
 }
 
-/// The lane words of one GGUF block's levels (after its f16 scale): 4-bit
-/// word `g` packs values `8g..8g+4` in low nibbles and `8g+4..8g+8` in high
-/// nibbles; 8-bit word `g` is values `4g..4g+4`.
-fn block_words(bits: u32, q: &[u8], out: &mut [u32; 8]) {
+/// The words as bytes (u32 has no padding and any byte pattern is valid).
+fn bytemuck_bytes(words: &mut [u32]) -> &mut [u8] {
+    let len = std::mem::size_of_val(words);
+    // SAFETY: same allocation, u8 has alignment 1 and every value is valid.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) }
+}
+
+/// One column's block in chunk order for lane groups of `gb` bytes: 4-bit
+/// chunk `g` byte `j` packs value `2 gb g + j` (low nibble) and
+/// `2 gb g + gb + j` (high); 8-bit chunks are the values in order.
+fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u8; QK]) {
     if bits == 8 {
-        for (g, w) in out.iter_mut().enumerate() {
-            *w = u32::from_le_bytes([q[4 * g], q[4 * g + 1], q[4 * g + 2], q[4 * g + 3]]);
-        }
+        out.copy_from_slice(&q[..QK]);
         return;
     }
     // GGUF Q4_0: byte i holds value i (low nibble) and value i + 16 (high).
-    // Word g takes values 8g'..8g'+4 (low) and 8g'+4..8g'+8 (high) from the
-    // low nibbles (g = 0, 1) or the high nibbles (g = 2, 3) of bytes 8g'.. .
-    const LO: u32 = 0x0F0F_0F0F;
-    let word = |at: usize| u32::from_le_bytes([q[at], q[at + 1], q[at + 2], q[at + 3]]);
-    let (a, b, c, d) = (word(0), word(4), word(8), word(12));
-    out[0] = (a & LO) | ((b & LO) << 4);
-    out[1] = (c & LO) | ((d & LO) << 4);
-    out[2] = ((a >> 4) & LO) | (b & !LO);
-    out[3] = ((c >> 4) & LO) | (d & !LO);
+    // Chunks 0..16/(2 gb) take low nibbles, the rest high ones; within a
+    // nibble plane, chunk g' takes bytes 2 gb g'.. (its low half) and
+    // 2 gb g' + gb.. (its high half). Done a word at a time: this is the
+    // repack's inner loop.
+    if gb == 4 {
+        const LO: u32 = 0x0F0F_0F0F;
+        let word = |at: usize| u32::from_le_bytes(q[at..at + 4].try_into().expect("4 bytes"));
+        let (a, b, c, d) = (word(0), word(4), word(8), word(12));
+        let chunks = [
+            (a & LO) | ((b & LO) << 4),
+            (c & LO) | ((d & LO) << 4),
+            ((a >> 4) & LO) | (b & !LO),
+            ((c >> 4) & LO) | (d & !LO),
+        ];
+        for (g, v) in chunks.iter().enumerate() {
+            out[4 * g..4 * g + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    } else {
+        const LO: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+        let word = |at: usize| u64::from_le_bytes(q[at..at + 8].try_into().expect("8 bytes"));
+        let (a, b) = (word(0), word(8));
+        out[..8].copy_from_slice(&((a & LO) | ((b & LO) << 4)).to_le_bytes());
+        out[8..16].copy_from_slice(&(((a >> 4) & LO) | (b & !LO)).to_le_bytes());
+    }
 }
 
 /// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
@@ -266,8 +345,32 @@ pub struct QuantizedActivations {
     pub c: Vec<i32>,
 }
 
+/// How a kernel reads its activations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ActFormat {
+    /// Weight bits: 4-bit unsigned-nibble kernels need the `8 sum(q)` bias.
+    pub bits: u32,
+    /// Rows interleaved in pairs for 2x2 matrix-multiply instructions: per
+    /// pair, block and 8 values, 8 bytes of the even row then 8 of the odd
+    /// one; scales as `[d0, d0, d1, d1]` per pair and block. An odd last
+    /// row is paired with zeros.
+    pub row_pairs: bool,
+    /// Factor on the stored scales (1/16 for signed-nibble weights).
+    pub scale: f32,
+}
+
+impl ActFormat {
+    pub fn plain(bits: u32) -> ActFormat {
+        ActFormat {
+            bits,
+            row_pairs: false,
+            scale: 1.0,
+        }
+    }
+}
+
 /// Quantizes `m` rows of `x` (`m x k`) for a `bits`-bit weight kernel, with
-/// each row padded to `k_pad`. `perm` reorders the K values.
+/// each row padded to `k_pad`.
 pub fn quantize_activations(
     x: &[f32],
     m: usize,
@@ -275,11 +378,25 @@ pub fn quantize_activations(
     k_pad: usize,
     bits: u32,
 ) -> QuantizedActivations {
+    quantize_activations_as(x, m, k, k_pad, ActFormat::plain(bits))
+}
+
+/// [`quantize_activations`] into the order and scaling `fmt` describes, so
+/// the reorder costs no extra pass.
+pub fn quantize_activations_as(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    k_pad: usize,
+    fmt: ActFormat,
+) -> QuantizedActivations {
     let blocks = k_pad / QK;
-    let bias = if bits == 4 { 8 } else { 0 };
+    let bias = if fmt.bits == 4 { 8 } else { 0 };
+    let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
+    let d_per_row = if fmt.row_pairs { 2 } else { 1 };
     let mut out = QuantizedActivations {
-        q: vec![0; m * k_pad],
-        d: vec![0.0; m * blocks],
+        q: vec![0; rows * k_pad],
+        d: vec![0.0; rows * blocks * d_per_row],
         c: vec![0; m * blocks],
     };
     let mut buf = [0f32; QK];
@@ -295,12 +412,23 @@ pub fn quantize_activations(
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
             let mut sum = 0i32;
+            let (pair, odd) = (r / 2, r % 2);
             for (i, v) in buf.iter().enumerate() {
                 let q = (v * id).round().clamp(-127.0, 127.0) as i8;
-                out.q[r * k_pad + lo + i] = q;
+                let at = if fmt.row_pairs {
+                    pair * 2 * k_pad + b * 2 * QK + (i / 8) * 16 + odd * 8 + i % 8
+                } else {
+                    r * k_pad + lo + i
+                };
+                out.q[at] = q;
                 sum += q as i32;
             }
-            out.d[r * blocks + b] = d;
+            if fmt.row_pairs {
+                let at = (pair * blocks + b) * 4 + 2 * odd;
+                out.d[at..at + 2].fill(d * fmt.scale);
+            } else {
+                out.d[r * blocks + b] = d * fmt.scale;
+            }
             out.c[r * blocks + b] = bias * sum;
         }
     }
@@ -461,6 +589,65 @@ mod tests {
                     .map(|&q| q as i32)
                     .sum();
                 assert_eq!(a.c[r * 3 + b], 8 * s);
+            }
+        }
+    }
+
+    #[test]
+    fn row_pairs_hold_the_same_levels() {
+        let x = Rng::new(8).vec_f32(3 * 70);
+        let plain = quantize_activations(&x, 3, 70, 96, 4);
+        let fmt = ActFormat {
+            bits: 4,
+            row_pairs: true,
+            scale: 0.0625,
+        };
+        let pairs = quantize_activations_as(&x, 3, 70, 96, fmt);
+        assert_eq!(pairs.q.len(), 4 * 96);
+        for r in 0..4 {
+            for i in 0..96 {
+                let at = (r / 2) * 192 + (i / 32) * 64 + (i % 32 / 8) * 16 + (r % 2) * 8 + i % 8;
+                let want = if r < 3 { plain.q[r * 96 + i] } else { 0 };
+                assert_eq!(pairs.q[at], want, "row {r} value {i}");
+            }
+            for b in 0..3 {
+                let want = if r < 3 {
+                    plain.d[r * 3 + b] / 16.0
+                } else {
+                    0.0
+                };
+                let at = ((r / 2) * 3 + b) * 4 + 2 * (r % 2);
+                assert_eq!(&pairs.d[at..at + 2], &[want, want]);
+            }
+        }
+    }
+
+    #[test]
+    fn byte_groups_of_8_and_signed_nibbles_hold_every_level() {
+        // Unpack the G = 8 signed layout by its documented rule and compare
+        // with the source levels.
+        let (k, n) = (64, 8);
+        let w = quantize_symmetric(&Rng::new(6).vec_f32(k * n), k, n, 4, 32);
+        let l = I8Layout::new(4, 2, 4, 64, 8, k, n).grouped(8, true);
+        assert_eq!(l.name(), "Q4_0_8_8");
+        let p = l.repack(&w);
+        let bytes = p.w.as_bytes();
+        for j in 0..n {
+            for b in 0..2 {
+                let want = block_levels(w.dtype, w.block(j, b));
+                let (t, lane) = (j / 2, j % 2);
+                for i in 0..32 {
+                    let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
+                    let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
+                    let nib = if half == 0 {
+                        bytes[at] & 15
+                    } else {
+                        bytes[at] >> 4
+                    };
+                    // Signed nibble: two's complement of level - 8.
+                    let level = ((nib ^ 8) as i32) - 8;
+                    assert_eq!(level, want[i] as i32 - 8, "col {j} block {b} value {i}");
+                }
             }
         }
     }

@@ -21,6 +21,8 @@ pub mod emit;
 #[cfg(feature = "codegen")]
 pub mod int8;
 #[cfg(feature = "codegen")]
+pub mod int8_mmla;
+#[cfg(feature = "codegen")]
 pub mod isa;
 #[cfg(feature = "codegen")]
 pub mod model;

@@ -269,7 +269,7 @@ fn gen_int8(
             .map(|n| {
                 let isa = I8Isa::by_name(n.trim()).ok_or_else(|| {
                     Error::Usage(format!(
-                        "unknown int8 ISA `{n}` (avx512vnni, avxvnni, avx2, portable)"
+                        "unknown int8 ISA `{n}` (avx512vnni, avxvnni, avx2, i8mm, dotprod, portable)"
                     ))
                 })?;
                 if isa.runs_on(target) {

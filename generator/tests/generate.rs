@@ -190,7 +190,8 @@ fn cli_emits_the_int8_family() {
         ("zen5", "__avx512vnni"),
         ("alderlake", "__avxvnni"),
         ("haswell", "__avx2"),
-        ("neoverse-v1", "__dotprod"),
+        ("neoverse-v1", "__i8mm"),
+        ("neoverse-n1", "__dotprod"),
         ("generic-aarch64", "__portable"),
     ] {
         for format in ["q4_0", "q8_0"] {
@@ -224,4 +225,18 @@ fn cli_emits_the_int8_family() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not have"));
+    // The planner picks the Arm paper's layouts per target: the 8-byte
+    // pair layouts (smmla GEMM) with i8mm, Q4_0_4_4-style groups without.
+    for (target, layout) in [("neoverse-v1", "_8 ("), ("neoverse-n1", "_4 (")] {
+        let out = kgen_bin()
+            .args(["--target", target, "--format", "q4_0"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("layout:"))
+            .unwrap_or_else(|| panic!("{target}: no layout line"));
+        assert!(line.contains(layout), "{target}: {line}");
+    }
 }

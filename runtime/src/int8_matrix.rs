@@ -7,7 +7,9 @@ use crate::gguf::GgufFile;
 use crate::kernel::I8KernelEntry;
 use crate::pool::{self, Pool};
 use kgen::ggml::{GgmlMatrix, GgmlType, QK};
-use kgen::int8_layout::{quantize_activations, quantize_symmetric, I8Layout, I8Packed};
+use kgen::int8_layout::{
+    quantize_activations_as, quantize_symmetric, ActFormat, I8Layout, I8Packed,
+};
 use std::path::Path;
 use std::time::Instant;
 
@@ -95,16 +97,18 @@ impl Int8Matrix {
         }
         let layout = I8Layout::new(
             gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
-        );
+        )
+        .grouped(gemv.group_bytes, gemv.signed);
         let t0 = Instant::now();
         let packed = layout.repack_threads(m, pool::global().threads());
         let repack_seconds = t0.elapsed().as_secs_f64();
         if std::env::var_os("KGEN_LOG").is_some() {
             eprintln!(
-                "kgen: repacked {}x{} {} for {} in {:.2} ms",
+                "kgen: repacked {}x{} {} as {} for {} in {:.2} ms",
                 m.k,
                 m.n,
                 m.dtype,
+                layout.name(),
                 gemv.name,
                 repack_seconds * 1e3
             );
@@ -201,8 +205,13 @@ impl Int8Matrix {
     pub fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
-        let xa = quantize_activations(x, m, l.k, l.k_pad, l.bits);
         let kernel = if m == 1 { &self.gemv } else { &self.gemm };
+        let fmt = ActFormat {
+            bits: l.bits,
+            row_pairs: kernel.row_pairs,
+            scale: l.x_scale(),
+        };
+        let xa = quantize_activations_as(x, m, l.k, l.k_pad, fmt);
         let (w, sc) = (
             self.packed.w.as_bytes().as_ptr() as usize,
             self.packed.sc.as_ptr() as usize,

@@ -93,6 +93,13 @@ pub struct I8KernelEntry {
     pub m_r: usize,
     pub m_b: usize,
     pub t_b: usize,
+    /// Bytes of a column per lane and chunk: 4, or 8 for the pair layouts
+    /// (Q4_0_4_8 / Q4_0_8_8).
+    pub group_bytes: usize,
+    /// 4-bit levels stored as signed nibbles (activation scales carry 1/16).
+    pub signed: bool,
+    /// Reads activation rows interleaved in pairs (`ActFormat::row_pairs`).
+    pub row_pairs: bool,
     pub gemm: bool,
     pub detect: fn() -> bool,
     pub run: I8RunFn,
@@ -100,7 +107,22 @@ pub struct I8KernelEntry {
 
 impl I8KernelEntry {
     pub fn same_layout(&self, other: &I8KernelEntry) -> bool {
-        (self.bits, self.lanes, self.t_u, self.m_b, self.t_b)
-            == (other.bits, other.lanes, other.t_u, other.m_b, other.t_b)
+        (
+            self.bits,
+            self.lanes,
+            self.t_u,
+            self.m_b,
+            self.t_b,
+            self.group_bytes,
+            self.signed,
+        ) == (
+            other.bits,
+            other.lanes,
+            other.t_u,
+            other.m_b,
+            other.t_b,
+            other.group_bytes,
+            other.signed,
+        )
     }
 }

@@ -49,22 +49,24 @@ fn neon_first_then_portable_for_every_format() {
     }
 }
 
-/// The int8 family on aarch64: sdot kernels exactly when the CPU has dotprod
-/// (qemu `-cpu max` / `neoverse-n1`), the portable ones otherwise
-/// (`cortex-a57`), and never an instruction the CPU lacks.
+/// The int8 family on aarch64: smmla kernels exactly when the CPU has
+/// i8mm (qemu `-cpu max`), sdot ones when it has dotprod (`neoverse-n1`:
+/// no i8mm), the portable ones otherwise (`cortex-a57`), and never an
+/// instruction the CPU lacks: forcing a missing ISA is an error.
 #[test]
-fn int8_dotprod_kernels_run_exactly_where_dotprod_exists() {
+fn int8_kernels_run_exactly_where_their_features_exist() {
     if option_env!("KGEN_TARGETS").is_some() {
         return;
     }
     let reg = kgen_runtime::Registry::builtin();
-    let has = std::arch::is_aarch64_feature_detected!("dotprod");
+    let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+    let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
     for bits in [4u32, 8] {
         let isas: Vec<&str> = reg.runnable_i8(bits, false).iter().map(|e| e.isa).collect();
-        let want: &[&str] = if has {
-            &["dotprod", "portable"]
-        } else {
-            &["portable"]
+        let want: &[&str] = match (i8mm, dotprod) {
+            (true, _) => &["i8mm", "dotprod", "portable"],
+            (false, true) => &["dotprod", "portable"],
+            _ => &["portable"],
         };
         assert_eq!(isas, want, "q{bits}_0");
         let w = kgen::int8_layout::quantize_symmetric(
@@ -76,11 +78,23 @@ fn int8_dotprod_kernels_run_exactly_where_dotprod_exists() {
         );
         let m = kgen_runtime::Int8Matrix::from_ggml(&w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);
-        let forced = kgen_runtime::Int8Matrix::from_ggml_isa(reg, &w, Some("dotprod"));
-        assert_eq!(
-            forced.is_ok(),
-            has,
-            "forcing dotprod must fail exactly when the CPU lacks it"
-        );
+        assert_eq!(m.gemm_kernel().isa, want[0]);
+        for (isa, has) in [("i8mm", i8mm), ("dotprod", dotprod)] {
+            let forced = kgen_runtime::Int8Matrix::from_ggml_isa(reg, &w, Some(isa));
+            assert_eq!(
+                forced.is_ok(),
+                has,
+                "forcing {isa} must fail exactly when the CPU lacks it"
+            );
+        }
+        if i8mm {
+            // The smmla GEMM reads row-paired activations; the GEMV does not.
+            let g = reg
+                .runnable_i8(bits, true)
+                .into_iter()
+                .find(|e| e.isa == "i8mm")
+                .unwrap();
+            assert!(g.row_pairs && g.group_bytes == 8 && g.name.contains("gemm"));
+        }
     }
 }

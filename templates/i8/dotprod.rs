@@ -2,7 +2,8 @@
 //
 // One i32 lane per output column (4 per vector): sdot adds 4 byte products
 // into each lane, so no horizontal reduction is ever needed. The sdot
-// intrinsic is unstable on stable Rust, so it is inline asm here.
+// intrinsic is unstable on stable Rust, so it is inline asm here. 4-bit
+// weights are signed nibbles (paper 000's Q4_0_4_4 with the fast unpack).
 use core::arch::aarch64::*;
 use core::arch::asm;
 
@@ -52,14 +53,16 @@ pub unsafe fn loadb(p: *const u8) -> I {
     vreinterpretq_s32_u8(vld1q_u8(p))
 }
 
+/// Low signed nibbles as `16 q` (one shift; the 16 is in the activation scale).
 #[inline(always)]
 pub unsafe fn nib_lo(w: I) -> I {
-    vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0x0F)))
+    vreinterpretq_s32_u8(vshlq_n_u8::<4>(vreinterpretq_u8_s32(w)))
 }
 
+/// High signed nibbles as `16 q` (one mask).
 #[inline(always)]
 pub unsafe fn nib_hi(w: I) -> I {
-    vreinterpretq_s32_u8(vshrq_n_u8::<4>(vreinterpretq_u8_s32(w)))
+    vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0xF0)))
 }
 
 /// 4 activation bytes in every lane.
@@ -83,8 +86,8 @@ pub unsafe fn sdot(acc: I, w: I, x: I) -> I {
     acc
 }
 
-/// Block accumulator += 4-byte products: the nibbles (0..15) are
-/// non-negative as signed bytes, so sdot needs no sign handling.
+/// Block accumulator += 4-byte products: the weights are signed (`16 q`)
+/// and so are the activations, which is exactly sdot.
 #[inline(always)]
 pub unsafe fn pair_acc(acc: I, w: I, x: I) -> I {
     sdot(acc, w, x)

@@ -1,0 +1,244 @@
+//! Micro kernels of the int8 family on pair layouts (8-byte lane groups,
+//! paper 000's Q4_0_4_8 / Q4_0_8_8): a 16-byte vector holds 8 bytes of each
+//! of two columns.
+//!
+//! - **GEMV** ([`micro_gemv`]): `sdot` against the activation's 8 bytes
+//!   broadcast to both halves leaves two partial sums per column; one
+//!   pairwise add per two column pairs turns them into 4 columns just before
+//!   the block is scaled, so no horizontal reduction remains.
+//! - **GEMM** ([`micro_mmla`]): `smmla` multiplies a row pair (8 values of
+//!   each row, interleaved at quantization) by a column pair into a 2x2 tile
+//!   `[r0c0, r0c1, r1c0, r1c1]`; the f32 tiles are transposed back to rows
+//!   with 64-bit zips only when the micro kernel loads and stores `y`.
+//!
+//! Register names are systematic: `i_{pair}_{t}` / `f_{pair}_{t}` for the
+//! integer / float tile of row pair `pair` and column pair `t`, `lo_{t}` /
+//! `hi_{t}` the nibble planes of column pair `t`.
+
+use crate::int8::{I8Isa, I8Plan};
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+fn lit(v: usize) -> Literal {
+    Literal::usize_unsuffixed(v)
+}
+
+/// Bytes of a column pair's chunk and chunks per block.
+fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
+    let chunk = p.lanes * isa.group_bytes;
+    (chunk, 4 * p.spec.bits as usize / isa.group_bytes)
+}
+
+/// Loads chunk `g` of the micro tile's column pairs (and, for 4-bit, splits
+/// the nibble planes as `16 q`).
+fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
+    let (chunk, _) = geometry(p, isa);
+    let mut out = TokenStream::new();
+    for t in 0..p.tile.t_sub {
+        let (wv, lo, hi) = (
+            format_ident!("w_{}", t),
+            format_ident!("lo_{}", t),
+            format_ident!("hi_{}", t),
+        );
+        let off = lit((g * p.tile.t_u + t) * chunk);
+        out.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+        if p.spec.bits == 4 {
+            out.extend(quote! {
+                let #lo = ops::nib_lo(#wv);
+                let #hi = ops::nib_hi(#wv);
+            });
+        }
+    }
+    out
+}
+
+fn micro_fn(
+    p: &I8Plan,
+    isa: &I8Isa,
+    rows: usize,
+    init: TokenStream,
+    body: TokenStream,
+    store: TokenStream,
+    (x_step, d_step): (usize, usize),
+) -> TokenStream {
+    let fname = format_ident!("micro_r{}", rows);
+    let (chunk, chunks) = geometry(p, isa);
+    let (wstep, sstep) = (lit(chunks * p.tile.t_u * chunk), lit(p.tile.t_u * p.lanes));
+    let (x_step, d_step) = (lit(x_step), lit(d_step));
+    let attrs = crate::emit::fn_attrs(isa.features);
+    let doc = format!(
+        " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
+        p.tile.t_sub * p.lanes
+    );
+    quote! {
+        #[doc = #doc]
+        #attrs
+        unsafe fn #fname(
+            mut w: *const u8, mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
+            y: *mut f32, ldx: usize, ldb: usize, ldy: usize, blocks: usize,
+        ) {
+            unsafe {
+                #init
+                for _ in 0..blocks {
+                    #body
+                    w = w.add(#wstep);
+                    sc = sc.add(#sstep);
+                    xq = xq.add(#x_step);
+                    xd = xd.add(#d_step);
+                    xc = xc.add(1);
+                }
+                #store
+            }
+        }
+    }
+}
+
+/// One activation row against `t_sub` column pairs with `sdot`.
+pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
+    let t_sub = p.tile.t_sub;
+    debug_assert!(
+        t_sub.is_multiple_of(2),
+        "pair GEMV folds two column pairs at once"
+    );
+    let (_, chunks) = geometry(p, isa);
+    let gb = isa.group_bytes;
+    let fv = |v: usize| format_ident!("f_0_{}", v);
+    let iv = |t: usize| format_ident!("i_0_{}", t);
+    let (mut init, mut store, mut body) =
+        (TokenStream::new(), TokenStream::new(), TokenStream::new());
+    for v in 0..t_sub / 2 {
+        let (f, off) = (fv(v), lit(4 * v));
+        init.extend(quote! { let mut #f = ops::loadf(y.add(#off)); });
+        store.extend(quote! { ops::storef(y.add(#off), #f); });
+    }
+    for t in 0..t_sub {
+        let i = iv(t);
+        body.extend(quote! { let mut #i = ops::zero_i(); });
+    }
+    for g in 0..chunks {
+        body.extend(load_weights(p, isa, g));
+        if p.spec.bits == 4 {
+            // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
+            let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
+            body.extend(quote! {
+                let xl = ops::bcast8(xq.add(#ol));
+                let xh = ops::bcast8(xq.add(#oh));
+            });
+            for t in 0..t_sub {
+                let (i, lo, hi) = (iv(t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+                body.extend(quote! {
+                    #i = ops::sdot(#i, #lo, xl);
+                    #i = ops::sdot(#i, #hi, xh);
+                });
+            }
+        } else {
+            let o = lit(gb * g);
+            body.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
+            for t in 0..t_sub {
+                let (i, wv) = (iv(t), format_ident!("w_{}", t));
+                body.extend(quote! { #i = ops::sdot(#i, #wv, x); });
+            }
+        }
+    }
+    body.extend(quote! { let dx = ops::splatf(xd); });
+    for v in 0..t_sub / 2 {
+        let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
+        let (s, off) = (format_ident!("s_{}", v), lit(4 * v));
+        body.extend(quote! {
+            let #s = ops::scales(sc.add(#off));
+            #f = ops::fmaf(ops::cvti(ops::pair_sum(#a, #b)), ops::mulf(#s, dx), #f);
+        });
+    }
+    micro_fn(p, isa, 1, init, body, store, (32, 1))
+}
+
+/// `rows` activation rows (in pairs) against `t_sub` column pairs with `smmla`.
+pub fn micro_mmla(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+    let t_sub = p.tile.t_sub;
+    debug_assert!(
+        t_sub.is_multiple_of(2),
+        "rows are stored 4 columns at a time"
+    );
+    let pairs = rows.div_ceil(2);
+    let (_, chunks) = geometry(p, isa);
+    let fv = |q: usize, t: usize| format_ident!("f_{}_{}", q, t);
+    let iv = |q: usize, t: usize| format_ident!("i_{}_{}", q, t);
+    let (mut init, mut store, mut body) =
+        (TokenStream::new(), TokenStream::new(), TokenStream::new());
+    for q in 0..pairs {
+        // The odd row of a last, half pair is not in y: it reads as zeros
+        // (its activations are zero too) and is never stored.
+        let full = 2 * q + 1 < rows;
+        let (r0, r1) = (lit(2 * q), lit(2 * q + 1));
+        for v in 0..t_sub / 2 {
+            let (fa, fb, off) = (fv(q, 2 * v), fv(q, 2 * v + 1), lit(4 * v));
+            let odd = if full {
+                quote! { ops::loadf(y.add(#r1 * ldy + #off)) }
+            } else {
+                quote! { ops::zero_f() }
+            };
+            init.extend(quote! {
+                let a = ops::loadf(y.add(#r0 * ldy + #off));
+                let b = #odd;
+                let mut #fa = ops::zip_lo(a, b);
+                let mut #fb = ops::zip_hi(a, b);
+            });
+            store.extend(quote! { ops::storef(y.add(#r0 * ldy + #off), ops::zip_lo(#fa, #fb)); });
+            if full {
+                store.extend(
+                    quote! { ops::storef(y.add(#r1 * ldy + #off), ops::zip_hi(#fa, #fb)); },
+                );
+            }
+        }
+        for t in 0..t_sub {
+            let i = iv(q, t);
+            body.extend(quote! { let mut #i = ops::zero_i(); });
+        }
+    }
+    for g in 0..chunks {
+        body.extend(load_weights(p, isa, g));
+        for q in 0..pairs {
+            let row = lit(q);
+            if p.spec.bits == 4 {
+                // 16 activation bytes per 8 values of the pair: values
+                // 16g.. (low nibbles) and 16g + 8.. (high).
+                let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
+                body.extend(quote! {
+                    let xl = ops::loadx(xq.add(#row * ldx + #ol));
+                    let xh = ops::loadx(xq.add(#row * ldx + #oh));
+                });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (
+                        iv(q, t),
+                        format_ident!("lo_{}", t),
+                        format_ident!("hi_{}", t),
+                    );
+                    body.extend(quote! {
+                        #i = ops::mmla(#i, xl, #lo);
+                        #i = ops::mmla(#i, xh, #hi);
+                    });
+                }
+            } else {
+                let o = lit(16 * g);
+                body.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
+                for t in 0..t_sub {
+                    let (i, wv) = (iv(q, t), format_ident!("w_{}", t));
+                    body.extend(quote! { #i = ops::mmla(#i, x, #wv); });
+                }
+            }
+        }
+    }
+    for t in 0..t_sub {
+        let (s, off) = (format_ident!("s_{}", t), lit(2 * t));
+        body.extend(quote! { let #s = ops::scales_pair(sc.add(#off)); });
+    }
+    for q in 0..pairs {
+        let (dx, row) = (format_ident!("dx_{}", q), lit(q));
+        body.extend(quote! { let #dx = ops::loadf(xd.add(#row * ldb)); });
+        for t in 0..t_sub {
+            let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
+            body.extend(quote! { #f = ops::fmaf(ops::cvti(#i), ops::mulf(#s, #dx), #f); });
+        }
+    }
+    micro_fn(p, isa, rows, init, body, store, (64, 4))
+}

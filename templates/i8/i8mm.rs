@@ -1,0 +1,167 @@
+// kgen template: int8-activation family, ISA aarch64 NEON + dotprod + i8mm.
+//
+// Pair layouts (Q4_0_4_8 / Q4_0_8_8): a 16-byte vector holds 8 bytes of each
+// of two columns. GEMM uses smmla, a 2x2 (rows x columns) tile of 8-value
+// dot products per instruction, twice the multiply-adds of sdot; GEMV uses
+// sdot with the activation's 8 bytes in both halves. smmla and sdot are
+// unstable as intrinsics on stable Rust, so they are inline asm here.
+use core::arch::aarch64::*;
+use core::arch::asm;
+
+/// f32 vector: 4 columns of a row, or a 2x2 tile `[r0c0, r0c1, r1c0, r1c1]`.
+pub type F = float32x4_t;
+/// 4 i32 lanes, or 16 bytes.
+pub type I = int32x4_t;
+
+#[inline(always)]
+pub unsafe fn zero_f() -> F {
+    vdupq_n_f32(0.0)
+}
+
+#[inline(always)]
+pub unsafe fn zero_i() -> I {
+    vdupq_n_s32(0)
+}
+
+#[inline(always)]
+pub unsafe fn loadf(p: *const f32) -> F {
+    vld1q_f32(p)
+}
+
+#[inline(always)]
+pub unsafe fn storef(p: *mut f32, v: F) {
+    vst1q_f32(p, v)
+}
+
+#[inline(always)]
+pub unsafe fn splatf(p: *const f32) -> F {
+    vld1q_dup_f32(p)
+}
+
+#[inline(always)]
+pub unsafe fn fmaf(a: F, b: F, c: F) -> F {
+    vfmaq_f32(c, a, b)
+}
+
+#[inline(always)]
+pub unsafe fn mulf(a: F, b: F) -> F {
+    vmulq_f32(a, b)
+}
+
+/// 16 weight bytes: 8 of each of a column pair.
+#[inline(always)]
+pub unsafe fn loadb(p: *const u8) -> I {
+    vreinterpretq_s32_u8(vld1q_u8(p))
+}
+
+/// 16 activation bytes: 8 values of each row of a row pair.
+#[inline(always)]
+pub unsafe fn loadx(p: *const i8) -> I {
+    vreinterpretq_s32_s8(vld1q_s8(p))
+}
+
+/// Low signed nibbles as `16 q` (one shift; the 16 is in the activation scale).
+#[inline(always)]
+pub unsafe fn nib_lo(w: I) -> I {
+    vreinterpretq_s32_u8(vshlq_n_u8::<4>(vreinterpretq_u8_s32(w)))
+}
+
+/// High signed nibbles as `16 q` (one mask).
+#[inline(always)]
+pub unsafe fn nib_hi(w: I) -> I {
+    vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0xF0)))
+}
+
+/// 8 activation bytes in both halves (one ld1r; rows are only byte aligned).
+#[inline(always)]
+pub unsafe fn bcast8(p: *const i8) -> I {
+    vreinterpretq_s32_u64(vdupq_n_u64((p as *const u64).read_unaligned()))
+}
+
+/// acc + per-lane sum of 4 signed byte products (sdot).
+#[inline(always)]
+pub unsafe fn sdot(acc: I, w: I, x: I) -> I {
+    let mut acc = acc;
+    asm!(
+        ".arch_extension dotprod",
+        "sdot {acc:v}.4s, {w:v}.16b, {x:v}.16b",
+        acc = inout(vreg) acc,
+        w = in(vreg) w,
+        x = in(vreg) x,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
+}
+
+/// acc (2x2 i32) + a (2x8 i8, rows) times b (2x8 i8, columns) transposed.
+#[inline(always)]
+pub unsafe fn mmla(acc: I, a: I, b: I) -> I {
+    let mut acc = acc;
+    asm!(
+        ".arch_extension i8mm",
+        "smmla {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc,
+        a = in(vreg) a,
+        b = in(vreg) b,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    acc
+}
+
+/// Two columns' partial-sum pairs of two column pairs: 4 column sums.
+#[inline(always)]
+pub unsafe fn pair_sum(a: I, b: I) -> I {
+    vpaddq_s32(a, b)
+}
+
+#[inline(always)]
+pub unsafe fn cvti(a: I) -> F {
+    vcvtq_f32_s32(a)
+}
+
+/// Rows of two 2x2 tiles (or tiles of two rows): 64-bit zips.
+#[inline(always)]
+pub unsafe fn zip_lo(a: F, b: F) -> F {
+    vreinterpretq_f32_f64(vzip1q_f64(
+        vreinterpretq_f64_f32(a),
+        vreinterpretq_f64_f32(b),
+    ))
+}
+
+#[inline(always)]
+pub unsafe fn zip_hi(a: F, b: F) -> F {
+    vreinterpretq_f32_f64(vzip2q_f64(
+        vreinterpretq_f64_f32(a),
+        vreinterpretq_f64_f32(b),
+    ))
+}
+
+/// 4 f16 scales (one per column) to f32 with one fcvtl (base Armv8 FP;
+/// the f16 vector intrinsics are unstable, so inline asm).
+#[inline(always)]
+pub unsafe fn scales(p: *const u16) -> F {
+    let h = vld1_u16(p);
+    let out: F;
+    asm!(
+        "fcvtl {o:v}.4s, {h:v}.4h",
+        o = out(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    out
+}
+
+/// A column pair's 2 f16 scales as `[s0, s1, s0, s1]` for a 2x2 tile: one
+/// 32-bit ld1r and one fcvtl.
+#[inline(always)]
+pub unsafe fn scales_pair(p: *const u16) -> F {
+    let h = vreinterpret_u16_u32(vdup_n_u32((p as *const u32).read_unaligned()));
+    let out: F;
+    asm!(
+        "fcvtl {o:v}.4s, {h:v}.4h",
+        o = out(vreg) out,
+        h = in(vreg) h,
+        options(pure, nomem, nostack, preserves_flags),
+    );
+    out
+}
