@@ -257,15 +257,26 @@ impl I8Layout {
                                         u16::from_le_bytes([block[0], block[1]]);
                                     block_chunks(self.bits, gb, &block[2..], &mut col_bytes);
                                     if flip != 0 {
-                                        for v in &mut col_bytes[..bb] {
-                                            *v ^= flip;
-                                        }
+                                        let head: &mut [u8; 16] =
+                                            (&mut col_bytes[..16]).try_into().expect("16");
+                                        *head = (u128::from_le_bytes(*head)
+                                            ^ 0x8888_8888_8888_8888_8888_8888_8888_8888u128)
+                                            .to_le_bytes();
                                     }
                                 }
+                                // Fixed-size copies: a runtime-length one per
+                                // 4 bytes is a memcpy call in the hot loop.
                                 for g in 0..chunks {
                                     let dst = at + ((g * t_u + t) * l + lane) * gb;
-                                    bytes[dst..dst + gb]
-                                        .copy_from_slice(&col_bytes[g * gb..(g + 1) * gb]);
+                                    if gb == 4 {
+                                        let v: [u8; 4] =
+                                            col_bytes[4 * g..4 * g + 4].try_into().expect("4");
+                                        bytes[dst..dst + 4].copy_from_slice(&v);
+                                    } else {
+                                        let v: [u8; 8] =
+                                            col_bytes[8 * g..8 * g + 8].try_into().expect("8");
+                                        bytes[dst..dst + 8].copy_from_slice(&v);
+                                    }
                                 }
                             }
                         }
