@@ -488,7 +488,12 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
                 continue;
             }
             let (_, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
-            if gflops > best.0 * 1.0001 {
+            // On a tie (a throughput bound the tile does not change, such as
+            // maddubs on AVX2) the bigger tile: fewer loads and unpacks per MAC.
+            let tie = (gflops - best.0).abs() <= best.0 * 1e-4;
+            if gflops > best.0 * 1.0001
+                || (tie && tile.m_r * tile.t_sub > best.1.m_r * best.1.t_sub)
+            {
                 best = (gflops, tile);
             }
         }

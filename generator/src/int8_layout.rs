@@ -647,7 +647,7 @@ mod tests {
             for b in 0..2 {
                 let want = block_levels(w.dtype, w.block(j, b));
                 let (t, lane) = (j / 2, j % 2);
-                for i in 0..32 {
+                for (i, &lv) in want.iter().enumerate() {
                     let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
                     let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
                     let nib = if half == 0 {
@@ -657,7 +657,7 @@ mod tests {
                     };
                     // Signed nibble: two's complement of level - 8.
                     let level = ((nib ^ 8) as i32) - 8;
-                    assert_eq!(level, want[i] as i32 - 8, "col {j} block {b} value {i}");
+                    assert_eq!(level, lv as i32 - 8, "col {j} block {b} value {i}");
                 }
             }
         }

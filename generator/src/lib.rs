@@ -29,6 +29,8 @@ pub mod model;
 #[cfg(feature = "codegen")]
 pub mod native;
 #[cfg(feature = "codegen")]
+pub mod opcount;
+#[cfg(feature = "codegen")]
 pub mod planner;
 #[cfg(feature = "codegen")]
 pub mod profile;

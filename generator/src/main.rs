@@ -431,6 +431,16 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
         for p in &plans {
             print_plan(p, args.explain);
         }
+        if args.explain {
+            // Both operations, as `kgen` emits them together; GEMM at the
+            // paper's batch of 8 unless --m says otherwise.
+            let m = args.m.unwrap_or(8);
+            let req = request(&args.spec, vec![Op::Gemv, Op::Gemm { m }])?;
+            let f32_plans = kgen::plans_for(&target, &req)?;
+            let counts =
+                kgen::opcount::explain(&target, &f32_plans, args.spec.bits, m, args.spec.shape)?;
+            print!("{counts}");
+        }
     }
     Ok(())
 }
