@@ -81,6 +81,7 @@ pub fn family_targets(arch: Arch) -> &'static [&'static str] {
         Arch::Aarch64 => &[
             "generic-aarch64",
             "generic-aarch64-i8mm",
+            "generic-aarch64-sve256",
             "generic-aarch64-dotprod",
             "generic-aarch64-portable",
         ],
@@ -331,10 +332,7 @@ impl Config {
                     crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
                     files.extend(quote! { include!(#file_name); });
                     let detect = format_ident!("detect_i8_{}", isa.name);
-                    detectors.insert(
-                        detect.to_string(),
-                        detector_for(isa.arch, isa.features, &detect),
-                    );
+                    detectors.insert(detect.to_string(), detector_i8(&isa, &detect));
                     for p in [&gemv, &gemm] {
                         pushes_i8.push((
                             isa.rank(),
@@ -443,6 +441,36 @@ pub(crate) fn detector_for(
             #[cfg(target_arch = "aarch64")]
             fn #name() -> bool { #(::std::arch::is_aarch64_feature_detected!(#features))&&* }
         },
+    }
+}
+
+/// The run-time check of an int8 ISA: its features and, for SVE kernels
+/// written for one vector length, that length (read with `rdvl` only once
+/// SVE is known to be there).
+pub(crate) fn detector_i8(isa: &crate::int8::I8Isa, name: &syn::Ident) -> TokenStream {
+    let Some(bits) = isa.sve_bits else {
+        return detector_for(isa.arch, isa.features, name);
+    };
+    let features = isa.features;
+    let bytes = proc_macro2::Literal::u64_unsuffixed(u64::from(bits / 8));
+    quote! {
+        #[cfg(target_arch = "aarch64")]
+        fn #name() -> bool {
+            #(::std::arch::is_aarch64_feature_detected!(#features))&&* && {
+                let bytes: u64;
+                // SAFETY: SVE is present (checked above), so RDVL exists; it
+                // only writes the vector length in bytes to a register.
+                unsafe {
+                    ::std::arch::asm!(
+                        ".arch_extension sve",
+                        "rdvl {b}, #1",
+                        b = out(reg) bytes,
+                        options(pure, nomem, nostack, preserves_flags),
+                    );
+                }
+                bytes == #bytes
+            }
+        }
     }
 }
 

@@ -49,6 +49,10 @@ pub struct I8Isa {
     /// GEMM micro kernels use 2x2 matrix-multiply tiles (smmla) on
     /// activation rows interleaved in pairs.
     pub mmla: bool,
+    /// SVE vector length the kernels are written for (`None`: not SVE).
+    /// They run only where SVE is present at exactly this length: targets
+    /// must list it as `sve_vector_bits`, and run-time detection reads it.
+    pub sve_bits: Option<u32>,
 }
 
 pub const AVX512VNNI: I8Isa = I8Isa {
@@ -65,6 +69,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    sve_bits: None,
 };
 
 pub const AVXVNNI: I8Isa = I8Isa {
@@ -81,6 +86,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    sve_bits: None,
 };
 
 pub const AVX2: I8Isa = I8Isa {
@@ -97,6 +103,7 @@ pub const AVX2: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    sve_bits: None,
 };
 
 pub const DOTPROD: I8Isa = I8Isa {
@@ -113,6 +120,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
+    sve_bits: None,
 };
 
 pub const I8MM: I8Isa = I8Isa {
@@ -129,6 +137,7 @@ pub const I8MM: I8Isa = I8Isa {
     group_bytes: 8,
     signed_nibbles: true,
     mmla: true,
+    sve_bits: None,
 };
 
 pub const PORTABLE: I8Isa = I8Isa {
@@ -145,10 +154,37 @@ pub const PORTABLE: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    sve_bits: None,
 };
 
-/// Best first.
-pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, DOTPROD, PORTABLE];
+/// SVE at 256-bit vectors (Neoverse V1): the lane layout with 8 columns per
+/// `z` register; micro kernels are whole asm loops ([`crate::int8_sve`]).
+pub const SVE256: I8Isa = I8Isa {
+    name: "sve256",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Sve],
+    features: &["neon", "sve"],
+    lanes: 8,
+    registers: 32,
+    template_path: "templates/i8/sve256.rs",
+    template: include_str!("../../templates/i8/sve256.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: true,
+    mmla: false,
+    sve_bits: Some(256),
+};
+
+/// Best first. `sve256` ranks below `i8mm`: a 256-bit sdot and a 128-bit
+/// smmla both do 32 multiply-adds, but cores with 256-bit SVE have half as
+/// many SVE pipes as 128-bit NEON ones (Neoverse V1: 2x256 vs 4x128), so
+/// the smmla GEMM does at least as much per cycle and reuses each weight
+/// vector for two rows. It ranks above `dotprod`: at least the same
+/// multiply-adds per cycle with half the instructions and weight loads per
+/// column, and one replicated activation load per 16 values (indexed sdot)
+/// instead of a broadcast per 4.
+pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE];
 
 impl I8Isa {
     pub fn by_name(name: &str) -> Option<I8Isa> {
@@ -156,7 +192,9 @@ impl I8Isa {
     }
 
     pub fn runs_on(&self, t: &TargetDesc) -> bool {
-        self.arch.is_none_or(|a| a == t.arch) && self.requires.iter().all(|f| t.has(*f))
+        self.arch.is_none_or(|a| a == t.arch)
+            && self.requires.iter().all(|f| t.has(*f))
+            && self.sve_bits.is_none_or(|b| t.sve_vector_bits == Some(b))
     }
 
     /// Position in [`I8_FAMILY`] (lower is better).
@@ -271,6 +309,10 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     } else {
         2 * tile.t_sub * tile.m_r
     };
+    if isa.sve_bits.is_some() {
+        // The SVE emitter's own register map (activations share scratch).
+        return crate::int8_sve::registers(spec.bits, tile.t_sub, tile.m_r);
+    }
     accumulators + weights + 2 + 2
 }
 
@@ -628,7 +670,9 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let module = format_ident!("{}", name);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r)
         .map(|r| {
-            if isa.group_bytes == 4 {
+            if isa.sve_bits.is_some() {
+                crate::int8_sve::micro_kernel(p, &isa, r)
+            } else if isa.group_bytes == 4 {
                 micro_kernel(p, &isa, r)
             } else if p.tile.m_r == 1 {
                 crate::int8_mmla::micro_gemv(p, &isa)

@@ -23,6 +23,8 @@ pub mod int8;
 #[cfg(feature = "codegen")]
 pub mod int8_mmla;
 #[cfg(feature = "codegen")]
+pub mod int8_sve;
+#[cfg(feature = "codegen")]
 pub mod isa;
 #[cfg(feature = "codegen")]
 pub mod model;

@@ -49,6 +49,24 @@ fn neon_first_then_portable_for_every_format() {
     }
 }
 
+/// The SVE vector length of this thread, where the CPU has SVE.
+fn sve_vector_bits() -> Option<u64> {
+    if !std::arch::is_aarch64_feature_detected!("sve") {
+        return None;
+    }
+    let bytes: u64;
+    // SAFETY: SVE is present, so RDVL exists; it only writes a register.
+    unsafe {
+        std::arch::asm!(
+            ".arch_extension sve",
+            "rdvl {b}, #1",
+            b = out(reg) bytes,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    Some(bytes * 8)
+}
+
 /// The int8 family on aarch64: smmla kernels exactly when the CPU has
 /// i8mm (qemu `-cpu max`), sdot ones when it has dotprod (`neoverse-n1`:
 /// no i8mm), the portable ones otherwise (`cortex-a57`), and never an
@@ -63,11 +81,15 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
     let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
     for bits in [4u32, 8] {
         let isas: Vec<&str> = reg.runnable_i8(bits, false).iter().map(|e| e.isa).collect();
-        let want: &[&str] = match (i8mm, dotprod) {
-            (true, _) => &["i8mm", "dotprod", "portable"],
-            (false, true) => &["dotprod", "portable"],
-            _ => &["portable"],
+        let mut want: Vec<&str> = match (i8mm, dotprod) {
+            (true, _) => vec!["i8mm", "dotprod", "portable"],
+            (false, true) => vec!["dotprod", "portable"],
+            _ => vec!["portable"],
         };
+        // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm.
+        if sve_vector_bits() == Some(256) {
+            want.insert(usize::from(i8mm), "sve256");
+        }
         assert_eq!(isas, want, "q{bits}_0");
         let w = kgen::int8_layout::quantize_symmetric(
             &kgen::format::Rng::new(1).vec_f32(64 * 8),

@@ -1,0 +1,135 @@
+//! The SVE int8 kernels (`sve256`) are written for 256-bit vectors: dispatch
+//! must select them exactly where SVE is present with that vector length
+//! (qemu `-cpu max,sve256=on`) and never elsewhere (`-cpu max,sve128=on`,
+//! plain `max` at its default length, CPUs without SVE), where forcing them
+//! is an error rather than a SIGILL or wrong results. Where they run, they
+//! must agree bit for bit with the 128-bit sdot kernels (same integer block
+//! sums, same f32 fold in the same order). Run under qemu by
+//! `scripts/test-sve.sh`; empty on other architectures.
+
+#![cfg(target_arch = "aarch64")]
+
+use kgen::format::Rng;
+use kgen::int8_layout::quantize_symmetric;
+use kgen_runtime::{Int8Matrix, Pool, Registry};
+
+/// The SVE vector length of this thread in bits, where the CPU has SVE.
+fn sve_vector_bits() -> Option<u64> {
+    if !std::arch::is_aarch64_feature_detected!("sve") {
+        return None;
+    }
+    let bytes: u64;
+    // SAFETY: SVE is present, so RDVL exists; it only writes a register.
+    unsafe {
+        std::arch::asm!(
+            ".arch_extension sve",
+            "rdvl {b}, #1",
+            b = out(reg) bytes,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    Some(bytes * 8)
+}
+
+#[test]
+fn sve256_is_selected_exactly_at_256_bit_sve() {
+    if option_env!("KGEN_TARGETS").is_some() {
+        eprintln!("KGEN_TARGETS set at build time: skipped");
+        return;
+    }
+    let vl = sve_vector_bits();
+    let here = vl == Some(256);
+    let i8mm = std::arch::is_aarch64_feature_detected!("i8mm")
+        && std::arch::is_aarch64_feature_detected!("dotprod");
+    eprintln!("SVE vector length {vl:?}: sve256 expected {here}");
+    let reg = Registry::builtin();
+    for bits in [4u32, 8] {
+        for gemm in [false, true] {
+            let compiled: Vec<_> = reg
+                .all_i8()
+                .iter()
+                .filter(|e| e.isa == "sve256" && e.bits == bits && e.gemm == gemm)
+                .collect();
+            assert_eq!(
+                compiled.len(),
+                1,
+                "q{bits}_0 gemm {gemm}: one sve256 kernel"
+            );
+            let e = compiled[0];
+            // The lane layout: 8 columns per 256-bit vector, one i32 lane
+            // each, 4-byte groups, signed nibbles.
+            assert_eq!(
+                (e.lanes, e.group_bytes, e.signed, e.row_pairs),
+                (8, 4, bits == 4, false),
+                "{}",
+                e.name
+            );
+            assert_eq!(e.target, "generic-aarch64-sve256");
+            assert_eq!((e.detect)(), here, "{}", e.name);
+            let runnable = reg.runnable_i8(bits, gemm);
+            assert_eq!(
+                runnable.iter().any(|e| e.isa == "sve256"),
+                here,
+                "q{bits}_0 gemm {gemm}"
+            );
+        }
+        let w = quantize_symmetric(&Rng::new(1).vec_f32(64 * 8), 64, 8, bits, 32);
+        let forced = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256"));
+        assert_eq!(
+            forced.is_ok(),
+            here,
+            "forcing sve256 must fail exactly where the vector length is not 256"
+        );
+        let best = Int8Matrix::from_ggml_isa(reg, &w, None).unwrap();
+        if here {
+            // i8mm ranks above sve256 (see kgen::int8::I8_FAMILY).
+            let want = if i8mm { "i8mm" } else { "sve256" };
+            assert_eq!(best.gemv_kernel().isa, want);
+        } else {
+            assert_ne!(best.gemv_kernel().isa, "sve256");
+            assert_ne!(best.gemm_kernel().isa, "sve256");
+        }
+    }
+}
+
+/// sve256 and dotprod compute the same integer block sums and fold them
+/// with the same f32 operations in the same order: identical bits.
+#[test]
+fn sve256_matches_dotprod_bit_for_bit() {
+    if option_env!("KGEN_TARGETS").is_some() || sve_vector_bits() != Some(256) {
+        eprintln!("no 256-bit SVE here: skipped");
+        return;
+    }
+    let reg = Registry::builtin();
+    let pool = Pool::new(2);
+    let mut runs = 0;
+    for bits in [4u32, 8] {
+        for &(k, n) in &[(32, 9), (96, 40), (544, 77), (2048, 129)] {
+            let w = quantize_symmetric(
+                &Rng::new(k as u64 + n as u64).vec_f32(k * n),
+                k,
+                n,
+                bits,
+                32,
+            );
+            let sve = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256")).unwrap();
+            let dot = Int8Matrix::from_ggml_isa(reg, &w, Some("dotprod")).unwrap();
+            for m in [1usize, 2, 3, 4, 5, 6, 7, 8, 11, 17] {
+                let x = Rng::new(7 * m as u64 + k as u64).vec_f32(m * k);
+                let (mut ys, mut yd) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                sve.gemm_on(&pool, &x, m, &mut ys).unwrap();
+                dot.gemm_on(&pool, &x, m, &mut yd).unwrap();
+                for (i, (a, b)) in ys.iter().zip(&yd).enumerate() {
+                    assert!(
+                        a.to_bits() == b.to_bits(),
+                        "q{bits}_0 {k}x{n} rows {m} ({} / {}): y[{i}] = {a} vs dotprod {b}",
+                        sve.gemv_kernel().name,
+                        sve.gemm_kernel().name
+                    );
+                }
+                runs += 1;
+            }
+        }
+    }
+    eprintln!("{runs} sve256 runs identical to dotprod");
+}
