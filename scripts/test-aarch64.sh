@@ -5,6 +5,9 @@
 # `max neoverse-n1 cortex-a57`: everything qemu implements, an Armv8.2 server
 # core with dotprod, and an Armv8.0 core without it, where dispatch must fall
 # back without SIGILL); set QEMU_CPU=<model> to run one model only.
+# Then the named Arm targets' own kernels (neoverse-n1, neoverse-v1,
+# neoverse-v2, cortex-a76, apple-m1), one build each: see
+# scripts/test-arm-targets.sh (ARM_TARGETS=<names> to pick, empty to skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
@@ -15,3 +18,4 @@ for cpu in $cpus; do
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -cpu $cpu -L /usr/aarch64-linux-gnu" \
         cargo test -p kgen-runtime --release --target aarch64-unknown-linux-gnu "${tests[@]}"
 done
+bash scripts/test-arm-targets.sh

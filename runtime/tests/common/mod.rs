@@ -1,0 +1,88 @@
+//! Oracle checks and test shapes shared by test files (`mod common;`): the
+//! same bounds as `kernels.rs` (f32 family) and `int8.rs` (int8 family).
+
+use kgen::format::GptqMatrix;
+use kgen::ggml::{GgmlMatrix, GgmlType};
+use kgen::int8_layout::{quantize_activations, reference_i8};
+
+/// f32 family `(k, n)` pairs: k not a multiple of the group or block, n not a
+/// multiple of the tile width, several K blocks and panels.
+pub const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (31, 7),
+    (100, 33),
+    (257, 130),
+    (1000, 300),
+    (2600, 70),
+];
+
+/// int8 family `(k, n)` pairs (k a multiple of the 32-value block).
+pub const I8_SHAPES: &[(usize, usize)] = &[
+    (32, 1),
+    (64, 7),
+    (96, 33),
+    (320, 130),
+    (1024, 300),
+    (4096, 40),
+];
+
+/// Activation row counts: 1 runs the GEMV kernel, the others the GEMM one.
+pub const ROWS: &[usize] = &[1, 2, 3, 5, 9];
+
+/// Checks `y = x W` against the f64 oracle. The bound is relative to the
+/// magnitude of the terms the kernel sums (|x| s (q + z)), with an f32
+/// rounding allowance that grows like sqrt(k): a single wrong weight is far
+/// outside it.
+pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
+    let reference = m.reference_gemm(x, rows);
+    let gs = m.group_size();
+    for r in 0..rows {
+        for j in 0..m.n {
+            let mut bound = 0f64;
+            for i in 0..m.k {
+                let g = i / gs;
+                let s = m.scales[g * m.n + j] as f64;
+                let z = m.zeros[g * m.n + j] as f64;
+                bound += (x[r * m.k + i] as f64).abs() * s * (m.q(i, j) as f64 + z);
+            }
+            let tol = 16.0 * f32::EPSILON as f64 * ((m.k + 1) as f64).sqrt() * bound + 1e-30;
+            let got = y[r * m.n + j] as f64;
+            let want = reference[r * m.n + j];
+            assert!(
+                (got - want).abs() <= tol,
+                "{what}: row {r} col {j}: got {got}, want {want} (tol {tol:e})"
+            );
+        }
+    }
+}
+
+/// Checks an int8-family result against the exact oracle (integer dot
+/// products of the same quantized activations, scaled in f64); the bound is
+/// f32 rounding of the per-block products and their sum, relative to the sum
+/// of |terms|.
+pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
+    let k_pad = w.k;
+    let bits = if w.dtype == GgmlType::Q4_0 { 4 } else { 8 };
+    let xa = quantize_activations(x, m, k, k_pad, bits);
+    let want = reference_i8(w, &xa, m);
+    let deq = w.dequantize();
+    for r in 0..m {
+        for j in 0..w.n {
+            let mag: f64 = (0..k_pad)
+                .map(|i| {
+                    (deq[i * w.n + j] as f64
+                        * xa.q[r * k_pad + i] as f64
+                        * xa.d[r * (k_pad / 32) + i / 32] as f64)
+                        .abs()
+                })
+                .sum();
+            let tol = 8.0 * f32::EPSILON as f64 * ((k_pad / 32) as f64 + 4.0) * mag + 1e-30;
+            let got = y[r * w.n + j] as f64;
+            let exp = want[r * w.n + j];
+            assert!(
+                (got - exp).abs() <= tol,
+                "{what}: row {r} col {j}: got {got}, want {exp} (tol {tol:e})"
+            );
+        }
+    }
+}
