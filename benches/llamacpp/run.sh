@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Peer benchmark: llama.cpp (ggml CPU backend) Q4_0 mul_mat, plain and repacked.
+# Fetches the llama.cpp source vendored in the llama-cpp-python sdist (PyPI),
+# builds ggml-base + ggml-cpu only (Release, GGML_NATIVE=ON, no OpenMP),
+# compiles bench_q4_0.cpp against them and runs it. Idempotent: each step is
+# skipped or incremental when its output is already there.
+#
+#   bash benches/llamacpp/run.sh                 # all cases
+#   bash benches/llamacpp/run.sh --threads 1     # extra args go to the bench
+#
+# Environment: LCP_VERSION (0.3.36), LCP_DIR (/tmp/lcp), LCP_BUILD (/tmp/lcp-build),
+# JOBS (2), LLAMAFILE (OFF; ON routes the non-repacked Q4_0 path through
+# llamafile's tinyBLAS, as llama.cpp's own default build does; use a separate
+# LCP_BUILD for it), VERIFY (0; 1 = first show with perf which kernels run).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LCP_VERSION="${LCP_VERSION:-0.3.36}"
+LCP_DIR="${LCP_DIR:-/tmp/lcp}"
+LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}"
+JOBS="${JOBS:-2}"
+LLAMAFILE="${LLAMAFILE:-OFF}"
+
+SRC="$LCP_DIR/llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/ggml"
+
+# 1. source
+if [ ! -f "$SRC/CMakeLists.txt" ]; then
+    mkdir -p "$LCP_DIR"
+    TARBALL="$LCP_DIR/llama_cpp_python-$LCP_VERSION.tar.gz"
+    if [ ! -f "$TARBALL" ]; then
+        echo "== downloading llama-cpp-python==$LCP_VERSION sdist into $LCP_DIR" >&2
+        python3 -m pip download "llama-cpp-python==$LCP_VERSION" --no-deps --no-binary :all: -d "$LCP_DIR" >&2
+    fi
+    echo "== extracting $TARBALL" >&2
+    tar -xzf "$TARBALL" -C "$LCP_DIR"
+fi
+
+# 2. configure. The sdist's ggml/ lacks ggml.pc.in, which a standalone ggml
+# configure needs, so a two-line wrapper project pulls ggml in as a subdirectory
+# (ggml only: not llama, common or tools).
+WRAP="$LCP_DIR/ggml-only"
+mkdir -p "$WRAP"
+cat > "$WRAP/CMakeLists.txt.new" <<CML
+cmake_minimum_required(VERSION 3.14)
+project(ggml_only C CXX)
+add_subdirectory("$SRC" ggml)
+CML
+if cmp -s "$WRAP/CMakeLists.txt.new" "$WRAP/CMakeLists.txt"; then
+    rm -f "$WRAP/CMakeLists.txt.new"
+else
+    mv "$WRAP/CMakeLists.txt.new" "$WRAP/CMakeLists.txt"
+fi
+if [ ! -f "$LCP_BUILD/CMakeCache.txt" ]; then
+    echo "== configuring ggml in $LCP_BUILD" >&2
+    cmake -S "$WRAP" -B "$LCP_BUILD" \
+        -DCMAKE_BUILD_TYPE=Release \
+        -DBUILD_SHARED_LIBS=OFF \
+        -DGGML_NATIVE=ON \
+        -DGGML_CPU=ON \
+        -DGGML_CPU_REPACK=ON \
+        -DGGML_LLAMAFILE="$LLAMAFILE" \
+        -DGGML_OPENMP=OFF \
+        -DGGML_BLAS=OFF \
+        -DGGML_CUDA=OFF -DGGML_VULKAN=OFF -DGGML_METAL=OFF -DGGML_RPC=OFF \
+        -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF >&2
+fi
+
+# 3. build only the two libraries we link
+echo "== building ggml-base ggml-cpu (-j$JOBS)" >&2
+cmake --build "$LCP_BUILD" --target ggml-base ggml-cpu -j"$JOBS" >&2
+
+LIB_BASE="$(find "$LCP_BUILD" -name libggml-base.a | head -n1)"
+LIB_CPU="$(find "$LCP_BUILD" -name libggml-cpu.a | head -n1)"
+
+# 4. the bench program
+BIN="$LCP_BUILD/bench_q4_0"
+if [ ! -x "$BIN" ] || [ "$HERE/bench_q4_0.cpp" -nt "$BIN" ] || [ "$LIB_CPU" -nt "$BIN" ] || [ "$LIB_BASE" -nt "$BIN" ]; then
+    echo "== compiling $BIN" >&2
+    g++ -std=c++17 -O2 -march=native -I"$SRC/include" \
+        "$HERE/bench_q4_0.cpp" -o "$BIN" \
+        "$LIB_CPU" "$LIB_BASE" -lpthread -lm
+fi
+
+# 5. optional: show with perf which kernels actually run (VERIFY=1)
+if [ "${VERIFY:-0}" = 1 ]; then
+    for mode in plain repack; do
+        DATA="$LCP_BUILD/perf-$mode.data"
+        perf record -q -F 2000 -o "$DATA" -- "$BIN" --modes "$mode" --shapes 4096x4096 \
+            --m 1,32 --threads 1 --min-time 0.3 --no-check > /dev/null 2>&1
+        echo "== perf: top symbols, mode=$mode (gemm_..._lut_avx<block_iq4_nlx8> is a" \
+             "GCC ICF alias of the <block<4, 8>> = block_q4_0x8 instance: same address)" >&2
+        perf report -i "$DATA" --stdio --sort symbol 2> /dev/null \
+            | awk '!/^#/ && NF { sub(/[ -]+$/, ""); if (++n <= 5) print }' >&2
+    done
+fi
+
+# 6. run
+echo "== running $BIN $*" >&2
+"$BIN" "$@"
