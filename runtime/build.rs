@@ -19,10 +19,10 @@ const DEFAULT_F32: &[(u32, Group)] = &[
 ];
 
 fn main() {
-    // Plus the int8-activation family: Q4_0 and Q8_0.
+    // Plus the int8-activation family: Q4_0, Q8_0 and IQ4_NL.
     let defaults = Formats {
         f32: DEFAULT_F32.to_vec(),
-        int8: vec![4, 8],
+        int8: ["q4_0", "q8_0", "iq4_nl"].map(String::from).to_vec(),
     };
     let config = kgen::build::Config::from_env(&defaults)
         .unwrap_or_else(|e| panic!("kgen build configuration: {e}"))

@@ -27,7 +27,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 targets=${ARM_TARGETS-neoverse-n1 neoverse-v1 neoverse-v2 cortex-a76 apple-m1}
 # 2-, 3- and 4-bit weights: small and large groups, and 3-bit whole-column
 # groups (values straddle u32 words; K is ragged against every group).
-specs=${ARM_TARGET_SPECS:-2:32,3:128,3:col,4:32,4:128,q4_0,q8_0}
+specs=${ARM_TARGET_SPECS:-2:32,3:128,3:col,4:32,4:128,q4_0,q8_0,iq4_nl}
 fallback=generic-aarch64-portable
 qemu_cpus=$(qemu-aarch64 -cpu help || true) # exits 1 after listing
 for target in $targets; do

@@ -37,8 +37,8 @@ pub struct Config {
     pub targets: Option<Vec<String>>,
     /// `(bits, group)` formats of the f32 family.
     pub specs: Vec<(u32, Group)>,
-    /// Weight bits of the int8-activation family: 4 (Q4_0), 8 (Q8_0).
-    pub int8: Vec<u32>,
+    /// Formats of the int8-activation family by tag: `q4_0`, `q8_0`, `iq4_nl`.
+    pub int8: Vec<String>,
     /// Rows the GEMM kernels are planned for.
     pub gemm_m: usize,
     /// Path of the runtime crate in the generated code (`::kgen_runtime`, or
@@ -105,32 +105,34 @@ pub fn all_specs() -> Vec<(u32, Group)> {
     out
 }
 
+/// Every int8-activation format, by tag.
+pub const INT8_FORMATS: &[&str] = &["q4_0", "q8_0", "iq4_nl"];
+
 /// Formats a build generates kernels for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Formats {
     /// f32 family `(bits, group)`.
     pub f32: Vec<(u32, Group)>,
-    /// int8 family weight bits.
-    pub int8: Vec<u32>,
+    /// int8 family formats by tag (`q4_0`, `q8_0`, `iq4_nl`).
+    pub int8: Vec<String>,
 }
 
-/// Parses `4:32,3:128,8:col,q4_0,q8_0` (or `all`) into formats.
+/// Parses `4:32,3:128,8:col,q4_0,q8_0,iq4_nl` (or `all`) into formats.
 pub fn parse_specs(s: &str) -> Result<Formats, Error> {
     if s.trim() == "all" {
         return Ok(Formats {
             f32: all_specs(),
-            int8: vec![4, 8],
+            int8: INT8_FORMATS.iter().map(|t| t.to_string()).collect(),
         });
     }
     let mut out = Formats::default();
     for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match p {
-            "q4_0" => out.int8.push(4),
-            "q8_0" => out.int8.push(8),
+            _ if INT8_FORMATS.contains(&p) => out.int8.push(p.to_string()),
             _ => {
                 let (b, g) = p.split_once(':').ok_or_else(|| {
                     Error::Usage(format!(
-                        "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or q4_0 / q8_0"
+                        "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or q4_0 / q8_0 / iq4_nl"
                     ))
                 })?;
                 let bits = b
@@ -185,7 +187,13 @@ impl Config {
 
     /// Adds an int8-activation format: 4 (Q4_0) or 8 (Q8_0).
     pub fn int8(mut self, bits: u32) -> Self {
-        self.int8.push(bits);
+        self.int8.push(format!("q{bits}_0"));
+        self
+    }
+
+    /// Adds an int8-activation format by tag: `q4_0`, `q8_0` or `iq4_nl`.
+    pub fn int8_format(mut self, tag: &str) -> Self {
+        self.int8.push(tag.to_string());
         self
     }
 
@@ -265,8 +273,22 @@ impl Config {
             .then(crate::native::detect)
             .filter(|h| h.arch == arch);
         let mut warnings = Vec::new();
-        // Each (family, ISA) comes from the first target that provides it.
+        // Each (family, ISA) comes from the first target that provides it;
+        // for the int8 family, each (format, ISA).
         let mut seen = std::collections::BTreeSet::new();
+        let mut seen_i8 = std::collections::BTreeSet::new();
+        let int8_specs = self
+            .int8
+            .iter()
+            .map(|tag| {
+                crate::int8::I8Spec::from_tag(Op::Gemv, tag).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "unknown int8 format `{tag}` (one of {})",
+                        INT8_FORMATS.join(", ")
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         // int8 entries are emitted best ISA first whatever the target order.
         let mut pushes_i8: Vec<(usize, TokenStream)> = Vec::new();
         for name in &names {
@@ -319,26 +341,33 @@ impl Config {
                     ));
                 }
             }
-            let i8_isa = crate::int8::I8Isa::for_target(&t).into_iter().next();
-            if let Some(isa) = i8_isa.filter(|i| seen.insert(("int8", i.name))) {
-                for &bits in &self.int8 {
-                    let spec = crate::int8::I8Spec::new(Op::Gemv, bits)?;
-                    let gemv = crate::int8::plan(&spec, &isa, &t, (4096, 4096))?;
-                    let gemm = crate::int8::plan_gemm_sharing(&gemv, self.gemm_m, &t);
-                    let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
-                    let command =
-                        format!("kgen --target {} --format {}", t.name, spec.format_tag());
-                    let text = crate::int8::emit_file(&t, &[gemv.clone(), gemm.clone()], &command)?;
-                    crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
-                    files.extend(quote! { include!(#file_name); });
-                    let detect = format_ident!("detect_i8_{}", isa.name);
-                    detectors.insert(detect.to_string(), detector_i8(&isa, &detect));
-                    for p in [&gemv, &gemm] {
-                        pushes_i8.push((
-                            isa.rank(),
-                            entry_i8(&self.runtime_path, &t, &module, p, &detect),
-                        ));
-                    }
+            let i8_isas = crate::int8::I8Isa::for_target(&t);
+            for spec in &int8_specs {
+                // The target's best ISA for the format: one without kernels
+                // for it (sve256 and codebook formats, see
+                // `I8Isa::supports`) leaves the format to the next, so
+                // dispatch there falls back to it, never to a wrong kernel.
+                let Some(isa) = i8_isas.iter().copied().find(|i| i.supports(spec).is_ok()) else {
+                    continue;
+                };
+                if !seen_i8.insert((spec.format_tag(), isa.name)) {
+                    continue;
+                }
+                let spec = *spec;
+                let gemv = crate::int8::plan(&spec, &isa, &t, (4096, 4096))?;
+                let gemm = crate::int8::plan_gemm_sharing(&gemv, self.gemm_m, &t);
+                let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
+                let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
+                let text = crate::int8::emit_file(&t, &[gemv.clone(), gemm.clone()], &command)?;
+                crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
+                files.extend(quote! { include!(#file_name); });
+                let detect = format_ident!("detect_i8_{}", isa.name);
+                detectors.insert(detect.to_string(), detector_i8(&isa, &detect));
+                for p in [&gemv, &gemm] {
+                    pushes_i8.push((
+                        isa.rank(),
+                        entry_i8(&self.runtime_path, &t, &module, p, &detect),
+                    ));
                 }
             }
             if files.is_empty() {
@@ -381,7 +410,7 @@ impl Config {
             self.specs
                 .iter()
                 .map(|(b, g)| format!("{b}:{g}"))
-                .chain(self.int8.iter().map(|b| format!("q{b}_0")))
+                .chain(self.int8.iter().cloned())
                 .collect::<Vec<_>>()
                 .join(", "),
             prettyplease::unparse(&file)
@@ -525,6 +554,7 @@ fn entry_i8(
     let k = format_ident!("{}", p.kernel_name());
     let target_name = &t.name;
     let gemm = matches!(p.spec.op, Op::Gemm { .. });
+    let format = p.spec.format_tag();
     let cfg = crate::emit::arch_cfg(crate::int8::I8Isa::by_name(p.isa).and_then(|i| i.arch));
     quote! {
         #cfg
@@ -535,6 +565,7 @@ fn entry_i8(
                 isa: k::ISA,
                 target: #target_name,
                 features: k::FEATURES,
+                format: #format,
                 bits: k::BITS,
                 lanes: k::LANES,
                 t_u: k::T_U,
@@ -549,5 +580,47 @@ fn entry_i8(
                 run: k::run,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int8_format_tokens() {
+        let f = parse_specs("4:32, q4_0,iq4_nl ,q8_0").unwrap();
+        assert_eq!(f.int8, ["q4_0", "iq4_nl", "q8_0"]);
+        assert_eq!(f.f32, [(4, Group::Size(32))]);
+        assert_eq!(parse_specs("all").unwrap().int8, INT8_FORMATS);
+        let e = parse_specs("iq4_xs").unwrap_err().to_string();
+        assert!(e.contains("iq4_nl"), "{e}");
+        assert_eq!(Config::new().int8(8).int8, ["q8_0"]);
+    }
+
+    /// IQ4_NL on the aarch64 family: the sve256 target, whose best ISA has
+    /// no codebook kernels, contributes the next one (dotprod), and no
+    /// sve256 IQ4_NL kernel exists; Q4_0 still gets sve256.
+    #[test]
+    fn codebook_formats_skip_sve256() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Config::new().int8_format("iq4_nl").int8(4);
+        c.runtime_path = "crate".into();
+        let g = c.generate_to(dir.path(), Arch::Aarch64).unwrap();
+        let top = std::fs::read_to_string(&g.top).unwrap();
+        assert!(top.contains("iq4_nl_gemv_1x") && top.contains("q4_0_gemv_"));
+        assert!(top.contains("format: \"iq4_nl\""));
+        let sve =
+            std::fs::read_to_string(dir.path().join("iq4_nl__generic-aarch64-sve256.rs")).unwrap();
+        assert!(sve.contains("__dotprod") && !sve.contains("__sve256"));
+        let q4 =
+            std::fs::read_to_string(dir.path().join("q4_0__generic-aarch64-sve256.rs")).unwrap();
+        assert!(q4.contains("__sve256"));
+        // Each (format, ISA) once.
+        assert!(!dir
+            .path()
+            .join("iq4_nl__generic-aarch64-dotprod.rs")
+            .exists());
+        assert!(dir.path().join("q4_0__generic-aarch64-dotprod.rs").exists());
     }
 }

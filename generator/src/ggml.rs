@@ -1,5 +1,5 @@
-//! GGML weight blocks as GGUF files store them (F32, F16, Q4_0, Q8_0), with
-//! the reference quantizer and dequantizer.
+//! GGML weight blocks as GGUF files store them (F32, F16, Q4_0, Q8_0,
+//! IQ4_NL), with the reference quantizer and dequantizer.
 //!
 //! A GGUF weight tensor has `ne[0] = K` (contiguous, input features) and
 //! `ne[1] = N` (rows, output features). Each row is a run of blocks along K:
@@ -10,6 +10,7 @@
 //! | F16  | 1              | 2             | IEEE binary16 little-endian             |
 //! | Q4_0 | 32             | 18            | `f16 d`, 16 bytes: byte `b` holds element `b` in its low nibble and `b + 16` in its high nibble; value `(nibble - 8) * d` |
 //! | Q8_0 | 32             | 34            | `f16 d`, 32 `i8` `q`; value `q * d`      |
+//! | IQ4_NL | 32           | 18            | `f16 d`, 16 bytes of 4-bit indices in Q4_0's nibble order; value `d * IQ4_NL_VALUES[index]` |
 //!
 //! Our convention is `y = x W` with `W` K x N, so `W[i][j]` is element `i` of
 //! GGUF row `j`.
@@ -17,6 +18,9 @@
 //! The arithmetic is that of llama.cpp's gguf-py (`gguf.quants`), which works
 //! in numpy float32; [`GgmlMatrix::dequantize`] and the quantizers reproduce
 //! it bit for bit (the tests in `runtime/tests/gguf.rs` compare against it).
+//! gguf-py has no IQ4_NL quantizer; kgen's ([`GgmlMatrix::quantize_iq4_nl`])
+//! follows ggml's search for the block scale, and its output is checked by
+//! dequantizing it with gguf-py.
 
 use crate::format::FormatError;
 use half::f16;
@@ -33,10 +37,24 @@ pub enum GgmlType {
     F16,
     Q4_0,
     Q8_0,
+    /// 4-bit indices into the non-linear codebook [`IQ4_NL_VALUES`].
+    Iq4Nl,
 }
 
+/// IQ4_NL's codebook (ggml's `kvalues_iq4nl`): the int8 level of each 4-bit
+/// index, before the block scale.
+pub const IQ4_NL_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
 impl GgmlType {
-    pub const ALL: [GgmlType; 4] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0];
+    pub const ALL: [GgmlType; 5] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Iq4Nl,
+    ];
 
     /// The GGUF / ggml type id.
     pub fn id(self) -> u32 {
@@ -45,6 +63,7 @@ impl GgmlType {
             GgmlType::F16 => 1,
             GgmlType::Q4_0 => 2,
             GgmlType::Q8_0 => 8,
+            GgmlType::Iq4Nl => 20,
         }
     }
 
@@ -60,6 +79,7 @@ impl GgmlType {
             GgmlType::F16 => "F16",
             GgmlType::Q4_0 => "Q4_0",
             GgmlType::Q8_0 => "Q8_0",
+            GgmlType::Iq4Nl => "IQ4_NL",
         }
     }
 
@@ -67,7 +87,7 @@ impl GgmlType {
     pub fn block_values(self) -> usize {
         match self {
             GgmlType::F32 | GgmlType::F16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q8_0 => QK,
+            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl => QK,
         }
     }
 
@@ -76,7 +96,7 @@ impl GgmlType {
         match self {
             GgmlType::F32 => 4,
             GgmlType::F16 => 2,
-            GgmlType::Q4_0 => 2 + QK / 2,
+            GgmlType::Q4_0 | GgmlType::Iq4Nl => 2 + QK / 2,
             GgmlType::Q8_0 => 2 + QK,
         }
     }
@@ -235,6 +255,81 @@ fn quantize_block_q8_0(x: &[f32], out: &mut Vec<u8>) {
     }
 }
 
+/// Index of the codebook value nearest to `v` (ties to the larger value, as
+/// ggml's `best_index_int8`); NaN gives 0.
+fn iq4_nl_nearest(v: f32) -> u8 {
+    let vals = &IQ4_NL_VALUES;
+    if v.is_nan() || v <= vals[0] as f32 {
+        return 0;
+    }
+    // First value >= v; v lies between it and its predecessor.
+    let hi = vals.iter().position(|&c| c as f32 >= v).unwrap_or(15);
+    if hi == 0 || vals[hi] as f32 <= v {
+        return hi as u8;
+    }
+    let (a, b) = (vals[hi - 1] as f32, vals[hi] as f32);
+    if v - a < b - v {
+        (hi - 1) as u8
+    } else {
+        hi as u8
+    }
+}
+
+/// Trials of IQ4_NL's scale search either side of mapping the largest
+/// magnitude onto the codebook's -127 end (ggml uses 7 without an importance
+/// matrix).
+const IQ4_NL_TRIES: i32 = 7;
+
+/// One IQ4_NL block: the scale minimizing the squared error weighted by
+/// `v^2`, searched as ggml's `quantize_iq4_nl` does without an importance
+/// matrix: a least-squares fit after mapping the largest magnitude onto
+/// `+127`, then after mapping it onto each of `-127 - 7 ..= -127 + 7`;
+/// indices are the nearest codebook values for the chosen scale (f32), which
+/// is stored as f16.
+fn quantize_block_iq4_nl(x: &[f32], out: &mut Vec<u8>) {
+    // First value of largest magnitude (NaN never wins, as in ggml).
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let mut idx = [8u8; QK]; // value 1 * d = 0 for an all-zero block
+    let mut d = 0f32;
+    if amax >= 1e-15 {
+        // Weighted least squares for the indices `id` picks: (d, d * sum q x w).
+        let fit = |id: f32| -> (f32, f32, f32) {
+            let (mut sqx, mut sq2) = (0f32, 0f32);
+            for &v in x {
+                let q = IQ4_NL_VALUES[iq4_nl_nearest(id * v) as usize] as f32;
+                let w = v * v;
+                sqx += w * q * v;
+                sq2 += w * q * q;
+            }
+            (sqx, sq2, if sq2 > 0.0 { sqx / sq2 } else { 0.0 })
+        };
+        let (sqx, _, d0) = fit(127.0 / max);
+        d = d0;
+        let mut best = d * sqx;
+        for t in -IQ4_NL_TRIES..=IQ4_NL_TRIES {
+            let (sqx, sq2, dt) = fit((t as f32 - 127.0) / max);
+            if sq2 > 0.0 && sqx * sqx > best * sq2 {
+                d = dt;
+                best = d * sqx;
+            }
+        }
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for (l, &v) in idx.iter_mut().zip(x) {
+            *l = iq4_nl_nearest(id * v);
+        }
+    }
+    write_f16(out, d);
+    for b in 0..QK / 2 {
+        out.push(idx[b] | (idx[b + QK / 2] << 4));
+    }
+}
+
 impl GgmlMatrix {
     /// Blocks per row.
     pub fn blocks_per_row(&self) -> usize {
@@ -346,6 +441,14 @@ impl GgmlMatrix {
                     *o = q as i8 as f32 * d;
                 }
             }
+            GgmlType::Iq4Nl => {
+                let d = read_f16(blk);
+                let v = |i: u8| IQ4_NL_VALUES[i as usize] as f32;
+                for (b, &byte) in blk[2..2 + QK / 2].iter().enumerate() {
+                    out[b] = d * v(byte & 0x0f);
+                    out[b + QK / 2] = d * v(byte >> 4);
+                }
+            }
         }
     }
 
@@ -397,7 +500,8 @@ impl GgmlMatrix {
     }
 
     /// Encodes `w` (K x N row-major) as `dtype`, the way gguf-py's
-    /// `gguf.quants.quantize` does (F16: round to nearest even).
+    /// `gguf.quants.quantize` does (F16: round to nearest even; IQ4_NL, which
+    /// gguf-py cannot quantize: [`GgmlMatrix::quantize_iq4_nl`]).
     ///
     /// Panics if `w.len() != k * n` or `k` is not a whole number of blocks.
     pub fn quantize(w: &[f32], k: usize, n: usize, dtype: GgmlType) -> GgmlMatrix {
@@ -423,6 +527,9 @@ impl GgmlMatrix {
                 GgmlType::Q8_0 => col
                     .chunks_exact(QK)
                     .for_each(|b| quantize_block_q8_0(b, &mut data)),
+                GgmlType::Iq4Nl => col
+                    .chunks_exact(QK)
+                    .for_each(|b| quantize_block_iq4_nl(b, &mut data)),
             }
         }
         GgmlMatrix { k, n, dtype, data }
@@ -441,6 +548,17 @@ impl GgmlMatrix {
     /// Panics unless `k % 32 == 0` and `w.len() == k * n`.
     pub fn quantize_q8_0(w: &[f32], k: usize, n: usize) -> GgmlMatrix {
         Self::quantize(w, k, n, GgmlType::Q8_0)
+    }
+
+    /// IQ4_NL of `w` (K x N row-major), kgen's own quantizer (gguf-py has
+    /// none): per block the scale with the least `v^2`-weighted squared error
+    /// among least-squares fits for 16 candidate index assignments (the
+    /// largest magnitude mapped to `+127`, or to `-127 + t` for `|t| <= 7`),
+    /// indices the nearest codebook values, all in f32, `d` stored as f16; an
+    /// all-zero block (max |v| < 1e-15) is `d = 0`. Panics unless
+    /// `k % 32 == 0` and `w.len() == k * n`.
+    pub fn quantize_iq4_nl(w: &[f32], k: usize, n: usize) -> GgmlMatrix {
+        Self::quantize(w, k, n, GgmlType::Iq4Nl)
     }
 }
 
@@ -500,6 +618,10 @@ mod tests {
                             // Levels come from the f32 d, values from its
                             // f16 rounding: 0.5 d + 127 d 2^-11.
                             GgmlType::Q8_0 => d * 0.6,
+                            // Half the widest codebook gap (24) inside the
+                            // range; the fitted scale may leave the largest
+                            // values up to ~21 d beyond an end.
+                            GgmlType::Iq4Nl => d * 22.0,
                         };
                         assert!(
                             (v - b).abs() <= tol,
@@ -575,6 +697,87 @@ mod tests {
         let blk = m.block(0, 0);
         assert_eq!(read_f16(blk), 1.0);
         assert_eq!(blk[2..7], [127, 3, (-3i8) as u8, 0, (-127i8) as u8]);
+    }
+
+    #[test]
+    fn iq4_nl_decodes_the_codebook_in_q4_0_nibble_order() {
+        // Byte b: index b % 16 (low nibble, value b) and 15 - b % 16 (high,
+        // value b + 16); d = 0.5.
+        let mut blk = f16::from_f32(0.5).to_bits().to_le_bytes().to_vec();
+        blk.extend((0..16u8).map(|b| b | ((15 - b) << 4)));
+        let m = GgmlMatrix {
+            k: 32,
+            n: 1,
+            dtype: GgmlType::Iq4Nl,
+            data: blk,
+        };
+        m.validate().unwrap();
+        let w = m.dequantize();
+        for b in 0..16 {
+            assert_eq!(w[b], 0.5 * IQ4_NL_VALUES[b] as f32);
+            assert_eq!(w[b + 16], 0.5 * IQ4_NL_VALUES[15 - b] as f32);
+        }
+        assert_eq!(GgmlType::from_id(20), Some(GgmlType::Iq4Nl));
+        assert_eq!(GgmlType::Iq4Nl.block_bytes(), 18);
+        assert_eq!(GgmlType::Iq4Nl.name(), "IQ4_NL");
+    }
+
+    #[test]
+    fn iq4_nl_nearest_index() {
+        for (i, &v) in IQ4_NL_VALUES.iter().enumerate() {
+            assert_eq!(iq4_nl_nearest(v as f32) as usize, i);
+        }
+        assert_eq!(iq4_nl_nearest(-1000.0), 0);
+        assert_eq!(iq4_nl_nearest(1000.0), 15);
+        assert_eq!(iq4_nl_nearest(f32::INFINITY), 15);
+        assert_eq!(iq4_nl_nearest(f32::NEG_INFINITY), 0);
+        assert_eq!(iq4_nl_nearest(f32::NAN), 0);
+        // Midpoints go up (ggml's best_index_int8), just below goes down.
+        assert_eq!(iq4_nl_nearest(-4.5), 8);
+        assert_eq!(iq4_nl_nearest(-4.6), 7);
+        assert_eq!(iq4_nl_nearest(101.0), 15);
+        assert_eq!(iq4_nl_nearest(100.9), 14);
+    }
+
+    #[test]
+    fn iq4_nl_quantizer() {
+        // All zero: d = 0 and index 8 (level 1) everywhere.
+        let z = GgmlMatrix::quantize_iq4_nl(&[0.0; 64], 32, 2);
+        assert!(z
+            .data
+            .chunks(18)
+            .all(|b| b[..2] == [0, 0] && b[2..].iter().all(|&x| x == 0x88)));
+        assert!(z.dequantize().iter().all(|&v| v == 0.0));
+        // Values on the codebook grid come back exactly.
+        let grid: Vec<f32> = (0..32)
+            .map(|i| 0.25 * IQ4_NL_VALUES[(i * 7) % 16] as f32)
+            .collect();
+        let m = GgmlMatrix::quantize_iq4_nl(&grid, 32, 1);
+        assert_eq!(m.dequantize(), grid);
+        // Bell-shaped weights: IQ4_NL beats Q4_0 in squared error (what the
+        // non-linear codebook is for).
+        let (k, n) = (256, 16);
+        let mut w = rand_vals(k * n, 11, 1.0);
+        for v in &mut w {
+            *v = *v * *v * *v; // heavier tails than uniform
+        }
+        let err = |dtype| -> f64 {
+            let back = GgmlMatrix::quantize(&w, k, n, dtype).dequantize();
+            w.iter()
+                .zip(&back)
+                .map(|(a, b)| ((a - b) as f64).powi(2))
+                .sum()
+        };
+        let (nl, q4) = (err(GgmlType::Iq4Nl), err(GgmlType::Q4_0));
+        assert!(nl < q4, "IQ4_NL error {nl} vs Q4_0 {q4}");
+        // Non-finite inputs never panic; a block with inf gets a non-finite
+        // scale, which validate() refuses.
+        let mut bad = rand_vals(64, 3, 1.0);
+        bad[5] = f32::NAN;
+        bad[40] = f32::INFINITY;
+        let m = GgmlMatrix::quantize_iq4_nl(&bad, 64, 1);
+        assert!(m.validate().is_err());
+        assert!(m.scale(0, 0).is_finite());
     }
 
     #[test]

@@ -9,9 +9,16 @@
 //! block into `m_r x t_u` f32 accumulators (`f_{row}_{t}`) with the weight
 //! scales of `L` columns converted in one vector op times the activation
 //! block scale.
+//!
+//! Codebook formats (IQ4_NL, [`I8Spec::codebook`]) read the 4-bit layout's
+//! nibbles as indices: `idx_lo` / `idx_hi` unpack them, `lut` (a 16-entry
+//! byte table lookup: NEON `tbl`, x86 `pshufb`, portable scalar) turns them
+//! into signed int8 levels, and `dot_s` (sdot / smmla on Arm) accumulates
+//! with no bias correction. The template's `CODEBOOK` table is replaced by
+//! the format's. The SVE ISA has no such primitive: [`I8Isa::supports`].
 
 use crate::emit::EmitError;
-use crate::ggml::QK;
+use crate::ggml::{GgmlType, IQ4_NL_VALUES, QK};
 use crate::layout::round_up;
 use crate::planner::BlockOrder;
 use crate::spec::Op;
@@ -208,13 +215,36 @@ impl I8Isa {
     pub fn for_target(t: &TargetDesc) -> Vec<I8Isa> {
         I8_FAMILY.iter().copied().filter(|i| i.runs_on(t)).collect()
     }
+
+    /// Whether this ISA has kernels for `spec`'s weight format, and if not why.
+    /// Codebook formats need the `lut` primitive, which the SVE emitter (whole
+    /// asm loops) does not have: SVE machines run them on i8mm or dotprod.
+    pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
+        if spec.codebook && self.sve_bits.is_some() {
+            return Err(format!(
+                "int8 ISA {} has no {} kernels (its asm emitter has no table lookup); \
+                 SVE CPUs run {} on i8mm or dotprod",
+                self.name,
+                spec.format_tag(),
+                spec.format_tag()
+            ));
+        }
+        Ok(())
+    }
 }
 
-/// An int8-family format: Q4_0-like (4) or Q8_0-like (8) weights, blocks of 32.
+/// Template primitives only codebook kernels use: left out of the other
+/// kernels' `ops` so their code does not change.
+const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut", "idx_lo", "idx_hi"];
+
+/// An int8-family format: Q4_0-like (4) or Q8_0-like (8) weights, or (with
+/// `codebook`) IQ4_NL's 4-bit indices into [`IQ4_NL_VALUES`]; blocks of 32.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct I8Spec {
     pub op: Op,
     pub bits: u32,
+    /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.
+    pub codebook: bool,
 }
 
 impl I8Spec {
@@ -224,12 +254,53 @@ impl I8Spec {
                 "int8-activation kernels take 4-bit (Q4_0) or 8-bit (Q8_0) weights, not {bits}"
             )));
         }
-        Ok(I8Spec { op, bits })
+        Ok(I8Spec {
+            op,
+            bits,
+            codebook: false,
+        })
     }
 
-    /// `q4_0` / `q8_0`.
+    /// IQ4_NL: 4-bit indices into a 16-entry int8 codebook.
+    pub fn iq4_nl(op: Op) -> I8Spec {
+        I8Spec {
+            op,
+            bits: 4,
+            codebook: true,
+        }
+    }
+
+    /// The format named by its tag (`q4_0`, `q8_0`, `iq4_nl`).
+    pub fn from_tag(op: Op, tag: &str) -> Option<I8Spec> {
+        match tag {
+            "q4_0" => Some(I8Spec::new(op, 4).expect("4 bits")),
+            "q8_0" => Some(I8Spec::new(op, 8).expect("8 bits")),
+            "iq4_nl" => Some(I8Spec::iq4_nl(op)),
+            _ => None,
+        }
+    }
+
+    /// `q4_0` / `q8_0` / `iq4_nl`.
     pub fn format_tag(&self) -> String {
-        format!("q{}_0", self.bits)
+        if self.codebook {
+            "iq4_nl".into()
+        } else {
+            format!("q{}_0", self.bits)
+        }
+    }
+
+    /// The GGUF type the kernels read.
+    pub fn source_type(&self) -> GgmlType {
+        match (self.bits, self.codebook) {
+            (4, true) => GgmlType::Iq4Nl,
+            (4, false) => GgmlType::Q4_0,
+            _ => GgmlType::Q8_0,
+        }
+    }
+
+    /// The codebook of a codebook format.
+    pub fn codebook_values(&self) -> Option<&'static [i8; 16]> {
+        self.codebook.then_some(&IQ4_NL_VALUES)
     }
 }
 
@@ -281,8 +352,8 @@ impl I8Plan {
     pub fn layout_name(&self) -> String {
         let isa = I8Isa::by_name(self.isa).expect("plan ISA");
         format!(
-            "Q{}_0_{}_{}",
-            self.spec.bits,
+            "{}_{}_{}",
+            self.spec.source_type().name(),
             self.lanes * self.tile.t_u,
             isa.group_bytes
         )
@@ -313,7 +384,8 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // The SVE emitter's own register map (activations share scratch).
         return crate::int8_sve::registers(spec.bits, tile.t_sub, tile.m_r);
     }
-    accumulators + weights + 2 + 2
+    // Codebook kernels keep the table in a register too.
+    accumulators + weights + 2 + 2 + usize::from(spec.codebook)
 }
 
 /// Vector work of one 32-value block of one micro tile, as the emitter
@@ -324,7 +396,12 @@ fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
     if isa.group_bytes == 8 {
         // Column pairs; chunks of 8 bytes per column.
         let chunks = if four { 2.0 } else { 4.0 };
-        let unpack = if four { 2.0 * chunks * t } else { 0.0 };
+        // Codebook: mask, shift and two table lookups per chunk.
+        let unpack = match (four, spec.codebook) {
+            (true, true) => 4.0 * chunks * t,
+            (true, false) => 2.0 * chunks * t,
+            _ => 0.0,
+        };
         if tile.m_r == 1 {
             // sdot on 8-byte groups, pair sums folded 4 columns at a time.
             let dots = 4.0 * t;
@@ -339,6 +416,16 @@ fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
         return (unpack + dots + fold, loads, dots);
     }
     let chunks = spec.bits as f64; // 4-byte chunks per column per block
+    if spec.codebook {
+        // Unpack (mask, shift + mask) and two table lookups per chunk, then
+        // two signed x signed dots per chunk and row; no bias to remove.
+        let unpack = 5.0 * t * chunks / 2.0;
+        let dot = isa.dot_uops + isa.signed_extra;
+        let dots = 2.0 * chunks * t * rows * dot;
+        let fold = t * rows * 3.0 + t;
+        let loads = t * chunks + 2.0 * rows * chunks + t + rows;
+        return (unpack + dots + fold, loads, dots / dot);
+    }
     let dot = if four {
         isa.dot_uops
     } else {
@@ -419,6 +506,7 @@ pub fn plan(
             isa.name, isa.requires, t.name
         )));
     }
+    isa.supports(spec).map_err(crate::planner::PlanError)?;
     let max_rows = match spec.op {
         Op::Gemv => 1,
         Op::Gemm { m } => m.min(MAX_M_R),
@@ -510,7 +598,7 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
     let isa = I8Isa::by_name(gemv.isa).expect("planned ISA");
     let spec = I8Spec {
         op: Op::Gemm { m },
-        bits: gemv.spec.bits,
+        ..gemv.spec
     };
     let t_u = gemv.tile.t_u;
     let mut best = (
@@ -596,7 +684,9 @@ pub fn emit_file(
             h,
             "//   format:   {} ({}), op {}",
             p.spec.format_tag(),
-            if p.spec.bits == 4 && isa.signed_nibbles {
+            if p.spec.codebook {
+                "4-bit codebook indices, table lookup to signed int8"
+            } else if p.spec.bits == 4 && isa.signed_nibbles {
                 "4-bit, signed nibbles"
             } else if p.spec.bits == 4 {
                 "4-bit, nibbles + 8"
@@ -616,7 +706,9 @@ pub fn emit_file(
             p.layout_name(),
             p.lanes * p.tile.t_u,
             isa.group_bytes,
-            if isa.signed_nibbles && p.spec.bits == 4 {
+            if p.spec.codebook {
+                ", unsigned nibble indices"
+            } else if isa.signed_nibbles && p.spec.bits == 4 {
                 ", signed nibbles read as 16 q"
             } else {
                 ""
@@ -665,7 +757,8 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             isa.template_path
         ))
     })?;
-    let items = crate::emit::template_items(&template, isa.features);
+    let mut items = crate::emit::template_items(&template, isa.features);
+    codebook_items(&mut items, &p.spec, &isa)?;
     let name = p.kernel_name();
     let module = format_ident!("{}", name);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r)
@@ -696,7 +789,7 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     );
     let t_sub = lit(p.tile.t_sub);
     let group_bytes = lit(isa.group_bytes);
-    let signed = isa.signed_nibbles && p.spec.bits == 4;
+    let signed = isa.signed_nibbles && p.spec.bits == 4 && !p.spec.codebook;
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
@@ -756,6 +849,46 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     })
 }
 
+/// The name of a template item (functions, constants, types).
+fn item_name(item: &syn::Item) -> Option<String> {
+    match item {
+        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+        syn::Item::Const(c) => Some(c.ident.to_string()),
+        syn::Item::Static(s) => Some(s.ident.to_string()),
+        _ => None,
+    }
+}
+
+/// Codebook primitives stay only in codebook kernels, whose `CODEBOOK`
+/// table is the spec's codebook (the template's own values are a default).
+fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+    let Some(values) = spec.codebook_values() else {
+        items.retain(|it| item_name(it).is_none_or(|n| !CODEBOOK_ITEMS.contains(&n.as_str())));
+        return Ok(());
+    };
+    isa.supports(spec).map_err(EmitError)?;
+    let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
+    if let Some(missing) = CODEBOOK_ITEMS.iter().find(|n| !have(n)) {
+        return Err(EmitError(format!(
+            "template {} lacks `{missing}`, which {} kernels need",
+            isa.template_path,
+            spec.format_tag()
+        )));
+    }
+    let vals = values.iter().map(|&v| Literal::i8_unsuffixed(v));
+    let table: syn::Item = syn::parse2(quote! {
+        /// The format's codebook: int8 level of each 4-bit index.
+        pub const CODEBOOK: [i8; 16] = [#(#vals),*];
+    })
+    .expect("codebook const parses");
+    for it in items.iter_mut() {
+        if item_name(it).as_deref() == Some("CODEBOOK") {
+            *it = table.clone();
+        }
+    }
+    Ok(())
+}
+
 fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
     // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
@@ -778,7 +911,44 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
         }
     }
     let mut block = TokenStream::new();
-    if p.spec.bits == 4 {
+    if p.spec.codebook {
+        // As 4-bit, but the nibbles are codebook indices: unpack, look up
+        // (signed int8 levels), and a signed x signed dot straight into i32.
+        for g in 0..chunks {
+            for t in 0..t_sub {
+                let (wv, lo, hi) = (
+                    format_ident!("w_{}", t),
+                    format_ident!("lo_{}", t),
+                    format_ident!("hi_{}", t),
+                );
+                let off = lit((g * t_u + t) * chunk);
+                block.extend(quote! {
+                    let #wv = ops::loadb(w.add(#off));
+                    let #lo = ops::lut(ops::idx_lo(#wv));
+                    let #hi = ops::lut(ops::idx_hi(#wv));
+                });
+            }
+            for r in 0..rows {
+                let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+                let (row, ol, oh) = (lit(r), lit(8 * g), lit(8 * g + 4));
+                block.extend(quote! {
+                    let #xl = ops::bcast4(xq.add(#row * ldx + #ol));
+                    let #xh = ops::bcast4(xq.add(#row * ldx + #oh));
+                });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (
+                        iv(r, t),
+                        format_ident!("lo_{}", t),
+                        format_ident!("hi_{}", t),
+                    );
+                    block.extend(quote! {
+                        #i = ops::dot_s(#i, #lo, #xl);
+                        #i = ops::dot_s(#i, #hi, #xh);
+                    });
+                }
+            }
+        }
+    } else if p.spec.bits == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         for g in 0..chunks {
             for t in 0..t_sub {
@@ -843,7 +1013,7 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
         let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
         let row = lit(r);
         fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
-        if p.spec.bits == 4 && !isa.signed_nibbles {
+        if p.spec.bits == 4 && !isa.signed_nibbles && !p.spec.codebook {
             fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
         }
         for t in 0..t_sub {
@@ -852,6 +1022,7 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
             // on maddubs ISAs); 8-bit ones directly in i32. Only unsigned
             // nibbles carry a bias to remove.
             let sum = match (p.spec.bits, isa.signed_nibbles) {
+                _ if p.spec.codebook => quote! { #i },
                 (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
                 (4, true) => quote! { ops::block_sum(#i) },
                 _ => quote! { #i },
@@ -944,28 +1115,28 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                     for kb in 0..k_blocks {
                         let nb = per_kb.min(blocks - kb * per_kb);
                         let cols_before = p * T_B * blocks + kb * per_kb * pw;
-                        for idx in 0..pw / #tw * #subs {
-                            let (tile, sub) = (idx / #subs, idx % #subs);
-                            let c = p * T_B + tile * #tw + sub * #sub_cols;
-                            let base = cols_before + tile * #tw * nb;
-                            let wt = w.add(base * #block_bytes + sub * #sub_bytes);
-                            let st = sc.add(base + sub * #sub_cols);
-                            let b0 = kb * per_kb;
-                            let mut r = 0;
-                            while r + #m_r <= m {
-                                let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
+                        let b0 = kb * per_kb;
+                        // Row groups outside the tiles: a group's activations
+                        // (m_r x m_b bytes) stay in L1 while the panel's
+                        // weight block streams past them once per group.
+                        let mut r = 0;
+                        while r < m {
+                            let rows = #m_r.min(m - r);
+                            let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
+                            for idx in 0..pw / #tw * #subs {
+                                let (tile, sub) = (idx / #subs, idx % #subs);
+                                let c = p * T_B + tile * #tw + sub * #sub_cols;
+                                let base = cols_before + tile * #tw * nb;
+                                let wt = w.add(base * #block_bytes + sub * #sub_bytes);
+                                let st = sc.add(base + sub * #sub_cols);
                                 let yr = y.add(r * ldy + c);
-                                #full(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb);
-                                r += #m_r;
-                            }
-                            if r < m {
-                                let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
-                                let yr = y.add(r * ldy + c);
-                                match m - r {
+                                match rows {
+                                    #m_r => #full(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),
                                     #(#arms)*
                                     _ => unreachable!(),
                                 }
                             }
+                            r += rows;
                         }
                     }
                 }

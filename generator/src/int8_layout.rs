@@ -26,13 +26,19 @@
 //! (`level ^ 8`): the kernel gets `16 q` from one shift (low) or one mask
 //! (high), and the factor 16 is folded into the activation scale.
 //!
+//! `codebook` layouts (GGUF IQ4_NL) repack exactly as Q4_0 with unsigned
+//! nibbles, but the nibbles are indices into the 16-entry int8 codebook
+//! [`IQ4_NL_VALUES`]: the kernel unpacks them (mask, shift + mask), looks
+//! them up with a byte table lookup (`tbl` / `pshufb`), and takes a signed x
+//! signed dot product. There is no `+8` bias and no activation-sum correction.
+//!
 //! Loop levels match the f32 family ([`crate::layout`]): panels of `t_b`
 //! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
 //! 32-value blocks, chunks, and the `t_u` column groups of a tile. The f16
 //! scales form a second stream in the same order, `L` per column group and
 //! block, so one vector op converts the scales of `L` columns.
 
-use crate::ggml::{GgmlMatrix, GgmlType, QK};
+use crate::ggml::{GgmlMatrix, GgmlType, IQ4_NL_VALUES, QK};
 use crate::layout::{round_up, AlignedWords};
 use half::f16;
 
@@ -48,6 +54,8 @@ pub struct I8Layout {
     pub group_bytes: usize,
     /// 4-bit levels as signed nibbles (kernels read `16 q`).
     pub signed: bool,
+    /// 4-bit IQ4_NL codebook indices (unsigned nibbles, never `signed`).
+    pub codebook: bool,
     /// K block, values (multiple of 32).
     pub m_b: usize,
     /// Panel width, columns (multiple of `lanes * t_u`).
@@ -89,6 +97,7 @@ impl I8Layout {
             t_u,
             group_bytes: 4,
             signed: false,
+            codebook: false,
             m_b,
             t_b,
             k,
@@ -110,6 +119,26 @@ impl I8Layout {
         self
     }
 
+    /// The same geometry holding IQ4_NL codebook indices (4-bit only; the
+    /// nibbles stay unsigned).
+    pub fn with_codebook(mut self, codebook: bool) -> I8Layout {
+        assert!(!codebook || self.bits == 4, "IQ4_NL is a 4-bit format");
+        self.codebook = codebook;
+        if codebook {
+            self.signed = false;
+        }
+        self
+    }
+
+    /// The GGUF type this layout repacks.
+    pub fn source_type(&self) -> GgmlType {
+        match (self.bits, self.codebook) {
+            (4, true) => GgmlType::Iq4Nl,
+            (4, false) => GgmlType::Q4_0,
+            _ => GgmlType::Q8_0,
+        }
+    }
+
     /// Activation scale factor the kernels expect: signed nibbles read `16 q`.
     pub fn x_scale(&self) -> f32 {
         if self.signed {
@@ -119,11 +148,12 @@ impl I8Layout {
         }
     }
 
-    /// `Q4_0_8_8`: format, interleaved columns, bytes per lane group.
+    /// `Q4_0_8_8` / `IQ4_NL_4_4`: format, interleaved columns, bytes per
+    /// lane group.
     pub fn name(&self) -> String {
         format!(
-            "Q{}_0_{}_{}",
-            self.bits,
+            "{}_{}_{}",
+            self.source_type().name(),
             self.tile_width(),
             self.group_bytes
         )
@@ -170,7 +200,8 @@ impl I8Layout {
         (cols_before * self.block_bytes(), cols_before, nb)
     }
 
-    /// Repacks GGUF Q4_0 / Q8_0 blocks (`src.k == self.k`, `src.n == self.n`).
+    /// Repacks GGUF Q4_0 / Q8_0 / IQ4_NL blocks (`src.k == self.k`,
+    /// `src.n == self.n`, `src.dtype == self.source_type()`).
     ///
     /// Each source block turns into `bits` 4-byte lane words; the loop walks
     /// the destination in order, so writes are sequential per tile.
@@ -181,11 +212,7 @@ impl I8Layout {
     /// [`I8Layout::repack`] on `threads` scoped threads, each filling a
     /// contiguous range of panels (panels are contiguous in both streams).
     pub fn repack_threads(&self, src: &GgmlMatrix, threads: usize) -> I8Packed {
-        let want = if self.bits == 4 {
-            GgmlType::Q4_0
-        } else {
-            GgmlType::Q8_0
-        };
+        let want = self.source_type();
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
         // Padding columns keep scale 0, so whatever their levels they add 0.
@@ -330,11 +357,11 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u8; QK]) {
 }
 
 /// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
-/// i8 bit patterns for Q8_0.
+/// codebook indices for IQ4_NL, i8 bit patterns for Q8_0.
 fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
     let mut out = [0u8; QK];
     match dtype {
-        GgmlType::Q4_0 => {
+        GgmlType::Q4_0 | GgmlType::Iq4Nl => {
             for i in 0..16 {
                 out[i] = block[2 + i] & 0x0F;
                 out[i + 16] = block[2 + i] >> 4;
@@ -348,7 +375,8 @@ fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
 
 /// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
 /// levels, `m x blocks` scales, and `m x blocks` corrections
-/// `bias * sum(q)` (bias 8 for the unsigned 4-bit nibbles, 0 for 8-bit).
+/// `bias * sum(q)` (bias 8 for the unsigned 4-bit nibbles, 0 for 8-bit and
+/// IQ4_NL codebook weights).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
     pub q: Vec<i8>,
@@ -368,6 +396,8 @@ pub struct ActFormat {
     pub row_pairs: bool,
     /// Factor on the stored scales (1/16 for signed-nibble weights).
     pub scale: f32,
+    /// IQ4_NL codebook weights: signed after the lookup, so no bias.
+    pub codebook: bool,
 }
 
 impl ActFormat {
@@ -376,6 +406,16 @@ impl ActFormat {
             bits,
             row_pairs: false,
             scale: 1.0,
+            codebook: false,
+        }
+    }
+
+    /// The bias the kernels remove per block: 8 for unsigned Q4_0 nibbles.
+    pub fn bias(&self) -> i32 {
+        if self.bits == 4 && !self.codebook {
+            8
+        } else {
+            0
         }
     }
 }
@@ -402,7 +442,7 @@ pub fn quantize_activations_as(
     fmt: ActFormat,
 ) -> QuantizedActivations {
     let blocks = k_pad / QK;
-    let bias = if fmt.bits == 4 { 8 } else { 0 };
+    let bias = fmt.bias();
     let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
     let mut out = QuantizedActivations {
@@ -467,6 +507,7 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
                     .map(|(&l, &x)| {
                         let qw = match w.dtype {
                             GgmlType::Q4_0 => l as i64 - 8,
+                            GgmlType::Iq4Nl => IQ4_NL_VALUES[l as usize] as i64,
                             _ => l as i8 as i64,
                         };
                         qw * x as i64
@@ -612,6 +653,7 @@ mod tests {
             bits: 4,
             row_pairs: true,
             scale: 0.0625,
+            codebook: false,
         };
         let pairs = quantize_activations_as(&x, 3, 70, 96, fmt);
         assert_eq!(pairs.q.len(), 4 * 96);
@@ -660,6 +702,61 @@ mod tests {
                     assert_eq!(level, lv as i32 - 8, "col {j} block {b} value {i}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn codebook_layouts_keep_unsigned_indices() {
+        // IQ4_NL repacks like Q4_0 (4- and 8-byte groups) with the indices
+        // as they are: no signed flip, and the layout never turns signed.
+        let (k, n) = (64, 8);
+        let w = GgmlMatrix::quantize_iq4_nl(&Rng::new(12).vec_f32(k * n), k, n);
+        for (lanes, t_u, gb) in [(4, 2, 4), (2, 4, 8)] {
+            let l = I8Layout::new(4, lanes, t_u, 64, 8, k, n)
+                .grouped(gb, true)
+                .with_codebook(true);
+            assert!(!l.signed && l.x_scale() == 1.0);
+            assert_eq!(l.name(), format!("IQ4_NL_8_{gb}"));
+            let p = l.repack(&w);
+            let bytes = p.w.as_bytes();
+            for j in 0..n {
+                for b in 0..2 {
+                    let want = block_levels(w.dtype, w.block(j, b));
+                    let (t, lane) = (j / lanes, j % lanes);
+                    assert_eq!(
+                        p.sc[b * 8 + j],
+                        u16::from_le_bytes([w.block(j, b)[0], w.block(j, b)[1]])
+                    );
+                    for (i, &idx) in want.iter().enumerate() {
+                        // Chunk g holds values 2 gb g.. (low) and 2 gb g + gb.. (high).
+                        let (g, half, jj) = (i / (2 * gb), (i % (2 * gb)) / gb, i % gb);
+                        let at = b * 8 * 16 + ((g * t_u + t) * lanes + lane) * gb + jj;
+                        let nib = if half == 0 {
+                            bytes[at] & 15
+                        } else {
+                            bytes[at] >> 4
+                        };
+                        assert_eq!(nib, idx, "gb {gb} col {j} block {b} value {i}");
+                    }
+                }
+            }
+        }
+        // The oracle reads levels through the codebook, and the activations
+        // carry no bias correction.
+        let x = Rng::new(13).vec_f32(k);
+        let fmt = ActFormat {
+            codebook: true,
+            ..ActFormat::plain(4)
+        };
+        let xa = quantize_activations_as(&x, 1, k, k, fmt);
+        assert!(xa.c.iter().all(|&c| c == 0));
+        let y = reference_i8(&w, &xa, 1);
+        let deq = w.dequantize();
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|i| deq[i * n + j] as f64 * xa.q[i] as f64 * xa.d[i / 32] as f64)
+                .sum();
+            assert!((y[j] - want).abs() <= 1e-9 * want.abs().max(1.0), "{j}");
         }
     }
 

@@ -30,7 +30,7 @@ fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
 }
 
 /// Loads chunk `g` of the micro tile's column pairs (and, for 4-bit, splits
-/// the nibble planes as `16 q`).
+/// the nibble planes as `16 q`, or for codebook formats looks the indices up).
 fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
     let (chunk, _) = geometry(p, isa);
     let mut out = TokenStream::new();
@@ -42,7 +42,13 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
         );
         let off = lit((g * p.tile.t_u + t) * chunk);
         out.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
-        if p.spec.bits == 4 {
+        if p.spec.codebook {
+            // Codebook indices to signed int8 levels (table lookup).
+            out.extend(quote! {
+                let #lo = ops::lut(ops::idx_lo(#wv));
+                let #hi = ops::lut(ops::idx_hi(#wv));
+            });
+        } else if p.spec.bits == 4 {
             out.extend(quote! {
                 let #lo = ops::nib_lo(#wv);
                 let #hi = ops::nib_hi(#wv);

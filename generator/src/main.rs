@@ -128,7 +128,7 @@ struct GenArgs {
     #[arg(long, short)]
     output: Option<PathBuf>,
     /// Emit the int8-activation family for GGUF-style weights instead
-    /// (`q4_0` or `q8_0`; --bits/--group are then ignored).
+    /// (`q4_0`, `q8_0` or `iq4_nl`; --bits/--group are then ignored).
     #[arg(long, value_enum)]
     format: Option<Int8Format>,
 }
@@ -139,6 +139,8 @@ enum Int8Format {
     Q4_0,
     #[value(name = "q8_0")]
     Q8_0,
+    #[value(name = "iq4_nl")]
+    Iq4Nl,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -257,13 +259,21 @@ fn gen_int8(
     format: Int8Format,
 ) -> Result<String, Error> {
     use kgen::int8::{self, I8Isa, I8Spec};
-    let bits = match format {
-        Int8Format::Q4_0 => 4,
-        Int8Format::Q8_0 => 8,
+    let spec = match format {
+        Int8Format::Q4_0 => I8Spec::new(Op::Gemv, 4)?,
+        Int8Format::Q8_0 => I8Spec::new(Op::Gemv, 8)?,
+        Int8Format::Iq4Nl => I8Spec::iq4_nl(Op::Gemv),
+    };
+    // ISAs without kernels for the format (sve256 for IQ4_NL) are passed
+    // over unless named explicitly, which is an error.
+    let supported = || {
+        I8Isa::for_target(target)
+            .into_iter()
+            .filter(|i| i.supports(&spec).is_ok())
     };
     let isas: Vec<I8Isa> = match args.spec.isa.as_str() {
-        "best" => I8Isa::for_target(target).into_iter().take(1).collect(),
-        "all" => I8Isa::for_target(target),
+        "best" => supported().take(1).collect(),
+        "all" => supported().collect(),
         list => list
             .split(',')
             .map(|n| {
@@ -285,12 +295,7 @@ fn gen_int8(
     };
     let mut plans = Vec::new();
     for isa in isas {
-        let gemv = int8::plan(
-            &I8Spec::new(Op::Gemv, bits)?,
-            &isa,
-            target,
-            args.spec.shape.unwrap_or((4096, 4096)),
-        )?;
+        let gemv = int8::plan(&spec, &isa, target, args.spec.shape.unwrap_or((4096, 4096)))?;
         let gemm = int8::plan_gemm_sharing(&gemv, args.m, target);
         match args.op {
             OpsArg::Gemv => plans.push(gemv),

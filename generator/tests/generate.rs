@@ -194,7 +194,7 @@ fn cli_emits_the_int8_family() {
         ("neoverse-n1", "__dotprod"),
         ("generic-aarch64", "__portable"),
     ] {
-        for format in ["q4_0", "q8_0"] {
+        for format in ["q4_0", "q8_0", "iq4_nl"] {
             let out = kgen_bin()
                 .args(["--target", target, "--format", format])
                 .output()
@@ -210,8 +210,39 @@ fn cli_emits_the_int8_family() {
                 text.contains(&format!("pub mod {format}_gemv_")) && text.contains(want),
                 "{target} {format}"
             );
+            // Only codebook kernels carry (and use) the table lookup.
+            assert_eq!(
+                text.contains("ops::lut(ops::idx_lo("),
+                format == "iq4_nl",
+                "{target} {format}"
+            );
+            assert_eq!(text.contains("CODEBOOK"), format == "iq4_nl");
         }
     }
+    // sve256 has no IQ4_NL kernels: its target falls back to dotprod, and
+    // asking for sve256 explicitly is a clear error.
+    let out = kgen_bin()
+        .args(["--target", "generic-aarch64-sve256", "--format", "iq4_nl"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("pub mod iq4_nl_gemv_") && text.contains("__dotprod"));
+    assert!(!text.contains("__sve256"));
+    let out = kgen_bin()
+        .args([
+            "--target",
+            "generic-aarch64-sve256",
+            "--format",
+            "iq4_nl",
+            "--isa",
+            "sve256",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sve256 has no iq4_nl kernels"), "{err}");
     let out = kgen_bin()
         .args([
             "--target",

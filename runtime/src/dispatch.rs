@@ -55,49 +55,67 @@ impl Registry {
         &self.all_i8
     }
 
-    /// Int8 kernels this CPU runs for `bits`, best first.
+    /// Int8 kernels this CPU runs for `q{bits}_0` (Q4_0 / Q8_0), best first.
     pub fn runnable_i8(&self, bits: u32, gemm: bool) -> Vec<I8KernelEntry> {
+        self.runnable_i8_format(&format!("q{bits}_0"), gemm)
+    }
+
+    /// Int8 kernels this CPU runs for a format (`q4_0`, `q8_0`, `iq4_nl`),
+    /// best first.
+    pub fn runnable_i8_format(&self, format: &str, gemm: bool) -> Vec<I8KernelEntry> {
         self.all_i8
             .iter()
-            .filter(|e| e.bits == bits && e.gemm == gemm && (e.detect)())
+            .filter(|e| e.format == format && e.gemm == gemm && (e.detect)())
             .copied()
             .collect()
     }
 
-    /// The int8 GEMV kernel and the GEMM kernel sharing its layout, for `bits`,
-    /// with `isa` forced or (`None`) the best this CPU runs.
+    /// The int8 GEMV kernel and the GEMM kernel sharing its layout, for
+    /// `q{bits}_0` weights, with `isa` forced or (`None`) the best this CPU runs.
     pub fn select_i8(
         &self,
         bits: u32,
         isa: Option<&str>,
     ) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
-        let compiled: Vec<&I8KernelEntry> = self.all_i8.iter().filter(|e| e.bits == bits).collect();
+        self.select_i8_format(&format!("q{bits}_0"), isa)
+    }
+
+    /// As [`Registry::select_i8`] for a format by tag (`q4_0`, `q8_0`,
+    /// `iq4_nl`). Formats an ISA has no kernels for (IQ4_NL on sve256) fall
+    /// to the next ISA this CPU runs.
+    pub fn select_i8_format(
+        &self,
+        format: &str,
+        isa: Option<&str>,
+    ) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
+        let compiled: Vec<&I8KernelEntry> =
+            self.all_i8.iter().filter(|e| e.format == format).collect();
         if compiled.is_empty() {
             return Err(Error::NoKernel(format!(
-                "this build has no int8 kernel for {bits}-bit weights; set KGEN_SPECS to include q{bits}_0"
+                "this build has no int8 kernel for {format} weights; set KGEN_SPECS to include {format}"
             )));
         }
-        let gemv = self.runnable_i8(bits, false);
+        let gemv = self.runnable_i8_format(format, false);
         let pick = match isa {
-            None => *gemv.first().ok_or_else(|| Error::NoKernel(format!("no q{bits}_0 kernel runs on this CPU")))?,
+            None => *gemv.first().ok_or_else(|| Error::NoKernel(format!("no {format} kernel runs on this CPU")))?,
             Some(name) => match gemv.iter().find(|e| e.isa == name) {
                 Some(e) => *e,
                 None if compiled.iter().any(|e| e.isa == name) => {
                     return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features the q{bits}_0 kernel needs ({:?})",
+                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features the {format} kernel needs ({:?})",
                         compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
                     )))
                 }
                 None => {
                     let isas: std::collections::BTreeSet<_> = compiled.iter().map(|e| e.isa).collect();
                     return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this build has no {name} q{bits}_0 kernel (it has {isas:?})"
+                        "{FORCE_ISA_ENV}={name}, but this build has no {name} {format} kernel (it has {isas:?})"
                     )));
                 }
             },
         };
         let gemm = self
-            .runnable_i8(bits, true)
+            .runnable_i8_format(format, true)
             .into_iter()
             .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(&pick))
             .unwrap_or(pick);

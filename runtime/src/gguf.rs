@@ -12,7 +12,7 @@
 //! allocates, so a corrupt file is an error, never a panic or a huge
 //! allocation. Tensors of any known ggml type have their extent checked at
 //! [`GgufFile::open`]; [`GgufFile::matrix`] converts 2-D F32 / F16 / Q4_0 /
-//! Q8_0 tensors to a [`GgmlMatrix`].
+//! Q8_0 / IQ4_NL tensors to a [`GgmlMatrix`].
 
 use kgen::ggml::{self, GgmlMatrix, GgmlType};
 use std::collections::{HashMap, HashSet};
@@ -595,7 +595,7 @@ impl GgufFile {
             .ok_or_else(|| self.err(name, "is not in the file"))
     }
 
-    /// A 2-D F32 / F16 / Q4_0 / Q8_0 tensor as a matrix: `dims[0]` is K
+    /// A 2-D F32 / F16 / Q4_0 / Q8_0 / IQ4_NL tensor as a matrix: `dims[0]` is K
     /// (contiguous), `dims[1]` is N.
     pub fn matrix(&self, name: &str) -> Result<GgmlMatrix, GgufError> {
         let t = self.find(name)?;

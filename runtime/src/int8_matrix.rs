@@ -1,5 +1,6 @@
-//! Matrices for the int8-activation kernels: GGUF Q4_0 / Q8_0 weights (or
-//! kgen's own symmetric 4/8-bit groups), activations quantized per call.
+//! Matrices for the int8-activation kernels: GGUF Q4_0 / Q8_0 / IQ4_NL
+//! weights (or kgen's own symmetric 4/8-bit groups), activations quantized
+//! per call.
 
 use crate::dispatch::Registry;
 use crate::error::Error;
@@ -35,7 +36,8 @@ impl std::fmt::Debug for Int8Matrix {
 }
 
 impl Int8Matrix {
-    /// Packs GGUF Q4_0 / Q8_0 weights for the best kernel of the built-in registry.
+    /// Packs GGUF Q4_0 / Q8_0 / IQ4_NL weights for the best kernel of the
+    /// built-in registry.
     pub fn from_ggml(m: &GgmlMatrix) -> Result<Int8Matrix, Error> {
         let forced = std::env::var(crate::FORCE_ISA_ENV)
             .ok()
@@ -50,16 +52,17 @@ impl Int8Matrix {
         isa: Option<&str>,
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
-        let bits = match m.dtype {
-            GgmlType::Q4_0 => 4,
-            GgmlType::Q8_0 => 8,
+        let format = match m.dtype {
+            GgmlType::Q4_0 => "q4_0",
+            GgmlType::Q8_0 => "q8_0",
+            GgmlType::Iq4Nl => "iq4_nl",
             other => {
                 return Err(Error::Format(format!(
-                    "{other} weights have no int8 kernel: use Q4_0 / Q8_0, or QuantMatrix for GPTQ and f32"
+                    "{other} weights have no int8 kernel: use Q4_0 / Q8_0 / IQ4_NL, or QuantMatrix for GPTQ and f32"
                 )))
             }
         };
-        let (gemv, gemm) = registry.select_i8(bits, isa)?;
+        let (gemv, gemm) = registry.select_i8_format(format, isa)?;
         Self::from_ggml_kernels(m, gemv, gemm)
     }
 
@@ -71,10 +74,10 @@ impl Int8Matrix {
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         for e in [&gemv, &gemm] {
-            let want = if e.bits == 4 {
-                GgmlType::Q4_0
-            } else {
-                GgmlType::Q8_0
+            let want = match (e.bits, e.codebook()) {
+                (4, true) => GgmlType::Iq4Nl,
+                (4, false) => GgmlType::Q4_0,
+                _ => GgmlType::Q8_0,
             };
             if want != m.dtype {
                 return Err(Error::NoKernel(format!(
@@ -98,7 +101,8 @@ impl Int8Matrix {
         let layout = I8Layout::new(
             gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
         )
-        .grouped(gemv.group_bytes, gemv.signed);
+        .grouped(gemv.group_bytes, gemv.signed)
+        .with_codebook(gemv.codebook());
         let t0 = Instant::now();
         let packed = layout.repack_threads(m, pool::global().threads());
         let repack_seconds = t0.elapsed().as_secs_f64();
@@ -157,7 +161,7 @@ impl Int8Matrix {
         Ok(m)
     }
 
-    /// Loads a Q4_0 / Q8_0 tensor from a GGUF file.
+    /// Loads a Q4_0 / Q8_0 / IQ4_NL tensor from a GGUF file.
     pub fn from_gguf(path: &Path, tensor: &str) -> Result<Int8Matrix, Error> {
         let file = GgufFile::open(path).map_err(|e| Error::Load(e.to_string()))?;
         let m = file
@@ -210,6 +214,7 @@ impl Int8Matrix {
             bits: l.bits,
             row_pairs: kernel.row_pairs,
             scale: l.x_scale(),
+            codebook: l.codebook,
         };
         let xa = quantize_activations_as(x, m, l.k, l.k_pad, fmt);
         let (w, sc) = (

@@ -85,7 +85,9 @@ pub struct I8KernelEntry {
     pub isa: &'static str,
     pub target: &'static str,
     pub features: &'static [&'static str],
-    /// 4 (Q4_0 layout) or 8 (Q8_0 layout).
+    /// The weight format it reads: `q4_0`, `q8_0` or `iq4_nl`.
+    pub format: &'static str,
+    /// 4 (Q4_0 / IQ4_NL layout) or 8 (Q8_0 layout).
     pub bits: u32,
     /// Columns interleaved per vector.
     pub lanes: usize,
@@ -106,23 +108,29 @@ pub struct I8KernelEntry {
 }
 
 impl I8KernelEntry {
+    /// IQ4_NL: 4-bit codebook indices, looked up by the kernel.
+    pub fn codebook(&self) -> bool {
+        self.format == "iq4_nl"
+    }
+
     pub fn same_layout(&self, other: &I8KernelEntry) -> bool {
-        (
-            self.bits,
-            self.lanes,
-            self.t_u,
-            self.m_b,
-            self.t_b,
-            self.group_bytes,
-            self.signed,
-        ) == (
-            other.bits,
-            other.lanes,
-            other.t_u,
-            other.m_b,
-            other.t_b,
-            other.group_bytes,
-            other.signed,
-        )
+        self.format == other.format
+            && (
+                self.bits,
+                self.lanes,
+                self.t_u,
+                self.m_b,
+                self.t_b,
+                self.group_bytes,
+                self.signed,
+            ) == (
+                other.bits,
+                other.lanes,
+                other.t_u,
+                other.m_b,
+                other.t_b,
+                other.group_bytes,
+                other.signed,
+            )
     }
 }

@@ -79,25 +79,33 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
     let reg = kgen_runtime::Registry::builtin();
     let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
     let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
-    for bits in [4u32, 8] {
-        let isas: Vec<&str> = reg.runnable_i8(bits, false).iter().map(|e| e.isa).collect();
+    for format in ["q4_0", "q8_0", "iq4_nl"] {
+        let bits = if format == "q8_0" { 8 } else { 4 };
+        if option_env!("KGEN_SPECS").is_some() && !reg.all_i8().iter().any(|e| e.format == format) {
+            continue;
+        }
+        let isas: Vec<&str> = reg
+            .runnable_i8_format(format, false)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
         let mut want: Vec<&str> = match (i8mm, dotprod) {
             (true, _) => vec!["i8mm", "dotprod", "portable"],
             (false, true) => vec!["dotprod", "portable"],
             _ => vec!["portable"],
         };
-        // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm.
-        if sve_vector_bits() == Some(256) {
+        // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm,
+        // except for IQ4_NL (no sve256 codebook kernels: it falls back).
+        if sve_vector_bits() == Some(256) && format != "iq4_nl" {
             want.insert(usize::from(i8mm), "sve256");
         }
-        assert_eq!(isas, want, "q{bits}_0");
-        let w = kgen::int8_layout::quantize_symmetric(
-            &kgen::format::Rng::new(1).vec_f32(64 * 8),
-            64,
-            8,
-            bits,
-            32,
-        );
+        assert_eq!(isas, want, "{format}");
+        let wf = kgen::format::Rng::new(1).vec_f32(64 * 8);
+        let w = if format == "iq4_nl" {
+            kgen::ggml::GgmlMatrix::quantize_iq4_nl(&wf, 64, 8)
+        } else {
+            kgen::int8_layout::quantize_symmetric(&wf, 64, 8, bits, 32)
+        };
         let m = kgen_runtime::Int8Matrix::from_ggml(&w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);
         assert_eq!(m.gemm_kernel().isa, want[0]);
@@ -112,7 +120,7 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
         if i8mm {
             // The smmla GEMM reads row-paired activations; the GEMV does not.
             let g = reg
-                .runnable_i8(bits, true)
+                .runnable_i8_format(format, true)
                 .into_iter()
                 .find(|e| e.isa == "i8mm")
                 .unwrap();

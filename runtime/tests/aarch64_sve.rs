@@ -92,6 +92,37 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
     }
 }
 
+/// IQ4_NL has no sve256 kernels (the asm emitter has no table lookup): at
+/// any vector length it runs on i8mm or dotprod, and forcing sve256 is an
+/// error, never a wrong kernel.
+#[test]
+fn iq4_nl_falls_back_from_sve256() {
+    if option_env!("KGEN_TARGETS").is_some() {
+        return;
+    }
+    let reg = Registry::builtin();
+    if option_env!("KGEN_SPECS").is_some() && !reg.all_i8().iter().any(|e| e.format == "iq4_nl") {
+        return;
+    }
+    assert!(!reg
+        .all_i8()
+        .iter()
+        .any(|e| e.format == "iq4_nl" && e.isa == "sve256"));
+    let w = kgen::ggml::GgmlMatrix::quantize_iq4_nl(&Rng::new(3).vec_f32(96 * 40), 96, 40);
+    let e = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256")).unwrap_err();
+    assert!(e.to_string().contains("no sve256 iq4_nl kernel"), "{e}");
+    let best = Int8Matrix::from_ggml(&w).unwrap();
+    let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+    let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
+    let want = match (i8mm, dotprod) {
+        (true, _) => "i8mm",
+        (false, true) => "dotprod",
+        _ => "portable",
+    };
+    assert_eq!(best.gemv_kernel().isa, want);
+    assert_eq!(best.gemm_kernel().isa, want);
+}
+
 /// sve256 and dotprod compute the same integer block sums and fold them
 /// with the same f32 operations in the same order: identical bits.
 #[test]

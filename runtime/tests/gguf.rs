@@ -6,6 +6,10 @@
 //! tests check that kgen's dequantization and quantization agree with gguf-py
 //! bit for bit, and that corrupt files are errors, never panics.
 //!
+//! gguf-py cannot quantize IQ4_NL: the script writes raw IQ4_NL blocks
+//! (which gguf-py dequantizes), and `tests/data/iq4_nl_from_bytes.py` takes
+//! kgen's own IQ4_NL bytes through gguf-py's writer and dequantizer.
+//!
 //! Needs `python3`; if `gguf` or `numpy` are missing the tests try
 //! `pip install --quiet gguf numpy` once and fail loudly otherwise.
 
@@ -145,6 +149,20 @@ fn manifest() -> Vec<Entry> {
     v
 }
 
+/// Whether the build has int8 kernels for IQ4_NL (the default one does; a
+/// build with `KGEN_SPECS` set may not).
+fn iq4_nl_kernels() -> bool {
+    let here = kgen_runtime::Registry::builtin()
+        .all_i8()
+        .iter()
+        .any(|e| e.format == "iq4_nl");
+    assert!(
+        here || option_env!("KGEN_SPECS").is_some(),
+        "the default build has no iq4_nl kernel"
+    );
+    here
+}
+
 fn files() -> HashMap<String, GgufFile> {
     ["model.gguf", "align64.gguf", "small.gguf"]
         .into_iter()
@@ -221,9 +239,14 @@ fn dequantize_matches_gguf_py_bit_for_bit() {
 fn quantize_matches_gguf_py_bytes() {
     let files = files();
     for e in manifest() {
+        let theirs = std::fs::read(e.data("q")).unwrap();
+        if e.dtype == GgmlType::Iq4Nl {
+            // Raw blocks (gguf-py has no IQ4_NL quantizer): the file holds them.
+            assert_eq!(files[&e.file].tensor_bytes(&e.name).unwrap(), &theirs[..]);
+            continue;
+        }
         let w = e.w("orig");
         let ours = GgmlMatrix::quantize(&w, e.k, e.n, e.dtype);
-        let theirs = std::fs::read(e.data("q")).unwrap();
         assert_eq!(ours.data.len(), theirs.len(), "{}", e.name);
         if let Some(x) = ours.data.iter().zip(&theirs).position(|(a, b)| a != b) {
             let bb = e.dtype.block_bytes();
@@ -818,10 +841,11 @@ fn crafted_files() {
 #[test]
 fn int8_kernels_match_numpy_on_gguf_py_files() {
     let mut checked = 0;
-    for e in manifest()
-        .into_iter()
-        .filter(|e| e.matmul && matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0))
-    {
+    for e in manifest().into_iter().filter(|e| {
+        e.matmul
+            && (matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0)
+                || (e.dtype == GgmlType::Iq4Nl && iq4_nl_kernels()))
+    }) {
         let qm = kgen_runtime::Int8Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
         let x = read_f32(&e.data("x"));
@@ -855,4 +879,97 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
         }
     }
     assert!(checked > 20, "only {checked} outputs checked");
+}
+
+/// kgen's IQ4_NL quantizer on gguf-py's test weights (random rows with
+/// outliers, and the edge rows: zeros, ties, subnormal and tiny values),
+/// its bytes written into a GGUF file by gguf-py's `GGUFWriter` and
+/// dequantized by gguf-py: kgen reads the file back, dequantizes bit for bit
+/// as gguf-py, and its IQ4_NL kernels match numpy's `x @ deq.T` within the
+/// bound of `int8_kernels_match_numpy_on_gguf_py_files`.
+#[test]
+fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
+    let dir = tempfile::Builder::new()
+        .prefix("iq4nl-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let mut list = String::new();
+    let mut mats = Vec::new();
+    for e in manifest()
+        .into_iter()
+        .filter(|e| e.k % 32 == 0 && e.dtype != GgmlType::Iq4Nl && !e.name.starts_with("special."))
+        .filter(|e| e.dtype == GgmlType::Q4_0 || e.name.starts_with("f32."))
+    {
+        let m = GgmlMatrix::quantize_iq4_nl(&e.w("orig"), e.k, e.n);
+        m.validate()
+            .unwrap_or_else(|err| panic!("{}: {err}", e.name));
+        let name = format!("kgen.{}", e.name);
+        std::fs::write(dir.path().join(format!("{name}.bin")), &m.data).unwrap();
+        std::fs::copy(e.data("x"), dir.path().join(format!("{name}.x"))).unwrap();
+        list += &format!("{name} {} {}\n", e.k, e.n);
+        mats.push((name, m));
+    }
+    assert!(mats.len() >= 10, "{} matrices", mats.len());
+    std::fs::write(dir.path().join("list.txt"), list).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/iq4_nl_from_bytes.py");
+    let out = Command::new(PYTHON)
+        .arg(&script)
+        .arg(dir.path())
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {PYTHON}: {err}"));
+    assert!(
+        out.status.success(),
+        "iq4_nl_from_bytes.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gguf_path = dir.path().join("kgen_iq4_nl.gguf");
+    let g = GgufFile::open(&gguf_path).unwrap();
+    let mut checked = 0;
+    for (name, m) in &mats {
+        let (k, n) = (m.k, m.n);
+        let read = g.matrix(name).unwrap();
+        assert_eq!(&read, m, "{name}");
+        // gguf-py's dequantize is N x K.
+        let nk = read_f32(&dir.path().join(format!("{name}.deq")));
+        let mut theirs = vec![0f32; k * n];
+        for j in 0..n {
+            for i in 0..k {
+                theirs[i * n + j] = nk[j * k + i];
+            }
+        }
+        assert_bits_eq(name, &m.dequantize(), &theirs, n);
+        if !iq4_nl_kernels() {
+            continue;
+        }
+        let qm = kgen_runtime::Int8Matrix::from_gguf(&gguf_path, name).unwrap();
+        assert!(qm.gemv_kernel().name.starts_with("iq4_nl_gemv_"));
+        let x = read_f32(&dir.path().join(format!("{name}.x")));
+        let y_np = read_f32(&dir.path().join(format!("{name}.y")));
+        let mut y = vec![0f32; n];
+        qm.gemv(&x, &mut y).unwrap();
+        for j in 0..n {
+            let (mut act, mut mag) = (0f64, 0f64);
+            for b in 0..k / 32 {
+                let xs = &x[b * 32..b * 32 + 32];
+                let dx = xs.iter().fold(0f32, |a, v| a.max(v.abs())) as f64 / 127.0;
+                let w = |i: usize| nk[j * k + b * 32 + i] as f64;
+                act += dx / 2.0 * (0..32).map(|i| w(i).abs()).sum::<f64>();
+                mag += (0..32).map(|i| (xs[i] as f64 * w(i)).abs()).sum::<f64>();
+            }
+            let tol = act + k as f64 * f32::EPSILON as f64 * mag + 1e-30;
+            let diff = (y[j] as f64 - y_np[j] as f64).abs();
+            assert!(
+                diff <= tol,
+                "{name} ({}) y[{j}]: kgen {} numpy {} (diff {diff:e} > tol {tol:e})",
+                qm.gemv_kernel().name,
+                y[j],
+                y_np[j]
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 100 || !iq4_nl_kernels(),
+        "only {checked} outputs checked"
+    );
 }

@@ -2,57 +2,29 @@
 //! products of the same quantized activations, scaled in f64), over formats
 //! x every ISA this CPU runs x ragged shapes x row counts x threads.
 
+mod common;
+
+use common::{check_i8 as check, I8_SHAPES as SHAPES, ROWS};
 use kgen::format::Rng;
 use kgen::ggml::GgmlMatrix;
-use kgen::int8_layout::{quantize_activations, quantize_symmetric, reference_i8};
+use kgen::int8_layout::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 
-const SHAPES: &[(usize, usize)] = &[
-    (32, 1),
-    (64, 7),
-    (96, 33),
-    (320, 130),
-    (1024, 300),
-    (4096, 40),
-];
-const ROWS: &[usize] = &[1, 2, 3, 5, 9];
-
-/// Compares with the oracle; the bound is f32 rounding of the per-block
-/// products and their sum, relative to the sum of |terms|.
-fn check(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
-    let k_pad = w.k;
-    let xa = quantize_activations(
-        x,
-        m,
-        k,
-        k_pad,
-        if w.dtype == kgen::ggml::GgmlType::Q4_0 {
-            4
-        } else {
-            8
-        },
+/// Whether the build has kernels for `format`: the default one has every
+/// format; a build with `KGEN_SPECS` set may leave some out.
+fn built(format: &str) -> bool {
+    let here = Registry::builtin()
+        .all_i8()
+        .iter()
+        .any(|e| e.format == format);
+    assert!(
+        here || option_env!("KGEN_SPECS").is_some(),
+        "the default build has no {format} kernel"
     );
-    let want = reference_i8(w, &xa, m);
-    let deq = w.dequantize();
-    for r in 0..m {
-        for j in 0..w.n {
-            let mag: f64 = (0..k_pad)
-                .map(|i| {
-                    (deq[i * w.n + j] as f64
-                        * xa.q[r * k_pad + i] as f64
-                        * xa.d[r * (k_pad / 32) + i / 32] as f64)
-                        .abs()
-                })
-                .sum();
-            let tol = 8.0 * f32::EPSILON as f64 * ((k_pad / 32) as f64 + 4.0) * mag + 1e-30;
-            let got = y[r * w.n + j] as f64;
-            let exp = want[r * w.n + j];
-            assert!(
-                (got - exp).abs() <= tol,
-                "{what}: row {r} col {j}: got {got}, want {exp} (tol {tol:e})"
-            );
-        }
+    if !here {
+        eprintln!("KGEN_SPECS has no {format}: skipped");
     }
+    here
 }
 
 #[test]
@@ -60,16 +32,34 @@ fn every_int8_kernel_matches_the_oracle() {
     let reg = Registry::builtin();
     let pool = Pool::new(1);
     let mut runs = 0;
-    for bits in [4u32, 8] {
-        let isas: Vec<&str> = reg.runnable_i8(bits, false).iter().map(|e| e.isa).collect();
-        assert!(!isas.is_empty(), "q{bits}_0: no kernel");
+    let mut per_isa = std::collections::BTreeMap::new();
+    for format in ["q4_0", "q8_0", "iq4_nl"] {
+        if format == "iq4_nl" && !built(format) {
+            continue;
+        }
+        let isas: Vec<&str> = reg
+            .runnable_i8_format(format, false)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
+        assert!(!isas.is_empty(), "{format}: no kernel");
         assert_eq!(*isas.last().unwrap(), "portable");
+        if format == "iq4_nl" {
+            // No sve256 codebook kernel: SVE CPUs fall back to i8mm / dotprod.
+            assert!(!isas.contains(&"sve256"), "{isas:?}");
+        }
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
-            let w = quantize_symmetric(&wf, k, n, bits, 32);
+            let w = match format {
+                "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
+                "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
+                _ => GgmlMatrix::quantize_iq4_nl(&wf, k, n),
+            };
             for isa in &isas {
                 let qm = Int8Matrix::from_ggml_isa(reg, &w, Some(isa)).unwrap();
                 assert_eq!(qm.gemv_kernel().isa, *isa);
+                assert_eq!(qm.gemv_kernel().format, format);
+                assert_eq!(qm.gemm_kernel().format, format);
                 for &m in ROWS {
                     let x = Rng::new(k as u64 + m as u64).vec_f32(m * k);
                     let mut y = vec![f32::NAN; m * n];
@@ -87,11 +77,12 @@ fn every_int8_kernel_matches_the_oracle() {
                         ),
                     );
                     runs += 1;
+                    *per_isa.entry(format!("{format} {isa}")).or_insert(0) += 1;
                 }
             }
         }
     }
-    eprintln!("{runs} int8 kernel runs checked");
+    eprintln!("{runs} int8 kernel runs checked: {per_isa:?}");
 }
 
 #[test]
@@ -147,4 +138,50 @@ fn bad_inputs_are_errors() {
     assert!(Int8Matrix::from_ggml(&bad).is_err());
     let e = Int8Matrix::from_ggml_isa(Registry::builtin(), &w, Some("sse9")).unwrap_err();
     assert!(e.to_string().contains("sse9"), "{e}");
+    // Kernels of one format never read another's matrix.
+    if !built("iq4_nl") {
+        return;
+    }
+    let nl = GgmlMatrix::quantize_iq4_nl(&Rng::new(1).vec_f32(64 * 8), 64, 8);
+    let reg = Registry::builtin();
+    let (g, m) = reg.select_i8(4, None).unwrap();
+    let e = Int8Matrix::from_ggml_kernels(&nl, g, m).unwrap_err();
+    assert!(e.to_string().contains("reads Q4_0"), "{e}");
+    let (g, m) = reg.select_i8_format("iq4_nl", None).unwrap();
+    assert!(g.codebook() && !g.signed && g.format == "iq4_nl");
+    let e = Int8Matrix::from_ggml_kernels(&w, g, m).unwrap_err();
+    assert!(e.to_string().contains("reads IQ4_NL"), "{e}");
+    assert!(reg.select_i8_format("iq4_xs", None).is_err());
+}
+
+/// IQ4_NL end to end against f32: the kernels' result is close to `x W`
+/// with the dequantized codebook weights (activation rounding only).
+#[test]
+fn iq4_nl_is_close_to_the_dequantized_product() {
+    if !built("iq4_nl") {
+        return;
+    }
+    let (k, n, m) = (512, 72, 3);
+    let w = GgmlMatrix::quantize_iq4_nl(&Rng::new(21).vec_f32(k * n), k, n);
+    let qm = Int8Matrix::from_ggml(&w).unwrap();
+    assert!(qm.gemv_kernel().name.starts_with("iq4_nl_gemv_"));
+    let deq = w.dequantize();
+    let x = Rng::new(22).vec_f32(m * k);
+    let mut y = vec![0f32; m * n];
+    qm.gemm(&x, m, &mut y).unwrap();
+    for r in 0..m {
+        for j in 0..n {
+            let exact: f64 = (0..k)
+                .map(|i| x[r * k + i] as f64 * deq[i * n + j] as f64)
+                .sum();
+            let mag: f64 = (0..k)
+                .map(|i| (x[r * k + i] as f64 * deq[i * n + j] as f64).abs())
+                .sum();
+            assert!(
+                (y[r * n + j] as f64 - exact).abs() <= 0.02 * mag,
+                "row {r} col {j}: {} vs {exact}",
+                y[r * n + j]
+            );
+        }
+    }
 }

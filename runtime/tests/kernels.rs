@@ -2,60 +2,17 @@
 //! in f64), on random data, over every format this build holds x every ISA
 //! this CPU runs x shapes with ragged edges x row counts x both block orders.
 
+mod common;
+
+use common::{check, group_of, ROWS, SHAPES};
 use kgen::format::{random_gptq, GptqMatrix, Rng};
 use kgen_runtime::pool::Pool;
 use kgen_runtime::{Group, QuantMatrix, Registry};
 use std::collections::BTreeSet;
 
-/// `(k, n)` pairs: k not a multiple of the group or block, n not a multiple of
-/// the tile width, several K blocks and panels.
-const SHAPES: &[(usize, usize)] = &[
-    (1, 1),
-    (31, 7),
-    (100, 33),
-    (257, 130),
-    (1000, 300),
-    (2600, 70),
-];
-const ROWS: &[usize] = &[1, 2, 3, 5, 9];
-
 /// Formats in the build, as (bits, group).
 fn formats(reg: &Registry) -> BTreeSet<(u32, usize)> {
     reg.all().iter().map(|e| (e.bits, e.group)).collect()
-}
-
-fn group_of(g: usize) -> Group {
-    if g == 0 {
-        Group::Column
-    } else {
-        Group::Size(g)
-    }
-}
-
-/// Checks `y` against the oracle. The bound is relative to the magnitude of
-/// the terms the kernel sums (|x| s (q + z)), with an f32 rounding allowance
-/// that grows like sqrt(k): a single wrong weight is far outside it.
-pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
-    let reference = m.reference_gemm(x, rows);
-    let gs = m.group_size();
-    for r in 0..rows {
-        for j in 0..m.n {
-            let mut bound = 0f64;
-            for i in 0..m.k {
-                let g = i / gs;
-                let s = m.scales[g * m.n + j] as f64;
-                let z = m.zeros[g * m.n + j] as f64;
-                bound += (x[r * m.k + i] as f64).abs() * s * (m.q(i, j) as f64 + z);
-            }
-            let tol = 16.0 * f32::EPSILON as f64 * ((m.k + 1) as f64).sqrt() * bound + 1e-30;
-            let got = y[r * m.n + j] as f64;
-            let want = reference[r * m.n + j];
-            assert!(
-                (got - want).abs() <= tol,
-                "{what}: row {r} col {j}: got {got}, want {want} (tol {tol:e})"
-            );
-        }
-    }
 }
 
 #[test]

@@ -17,10 +17,10 @@
 
 mod common;
 
-use common::{check, check_i8, I8_SHAPES, ROWS, SHAPES};
+use common::{check, check_i8, group_of, I8_SHAPES, ROWS, SHAPES};
 use kgen::format::{random_gptq, Rng};
 use kgen::int8_layout::quantize_symmetric;
-use kgen_runtime::{Group, I8KernelEntry, Int8Matrix, KernelEntry, Pool, QuantMatrix, Registry};
+use kgen_runtime::{I8KernelEntry, Int8Matrix, KernelEntry, Pool, QuantMatrix, Registry};
 use std::collections::BTreeMap;
 
 /// The named target the build is expected to hold (run-time variable).
@@ -57,14 +57,6 @@ fn expect() -> Option<Expect> {
     Some(Expect { target, fallback })
 }
 
-fn group_of(g: usize) -> Group {
-    if g == 0 {
-        Group::Column
-    } else {
-        Group::Size(g)
-    }
-}
-
 fn format_name(bits: u32, group: usize) -> String {
     if group == 0 {
         format!("{bits}:col")
@@ -87,7 +79,7 @@ fn gemm_partner(reg: &Registry, gemv: &KernelEntry) -> KernelEntry {
 }
 
 fn gemm_partner_i8(reg: &Registry, gemv: &I8KernelEntry) -> I8KernelEntry {
-    reg.runnable_i8(gemv.bits, true)
+    reg.runnable_i8_format(gemv.format, true)
         .into_iter()
         .find(|e| e.target == gemv.target && e.isa == gemv.isa && e.same_layout(gemv))
         .unwrap_or_else(|| {
@@ -227,11 +219,15 @@ fn named_target_kernels_match_the_oracle() {
             gemv.features
         );
         let gemm = gemm_partner_i8(reg, gemv);
-        let entry = runs.entry(format!("q{}_0", gemv.bits)).or_default();
+        let entry = runs.entry(gemv.format.to_string()).or_default();
         entry.1.extend([gemv.name, gemm.name]);
         for (si, &(k, n)) in I8_SHAPES.iter().enumerate() {
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
-            let w = quantize_symmetric(&wf, k, n, gemv.bits, 32);
+            let w = if gemv.format == "iq4_nl" {
+                kgen::ggml::GgmlMatrix::quantize_iq4_nl(&wf, k, n)
+            } else {
+                quantize_symmetric(&wf, k, n, gemv.bits, 32)
+            };
             let qm = Int8Matrix::from_ggml_kernels(&w, *gemv, gemm).unwrap();
             for &m in ROWS {
                 let xs = Rng::new(k as u64 + m as u64).vec_f32(m * k);

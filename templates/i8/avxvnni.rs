@@ -114,3 +114,28 @@ pub unsafe fn cvti(a: I) -> F {
 pub unsafe fn scales(p: *const u16) -> F {
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
+
+/// Codebook of the codebook formats (IQ4_NL): the int8 level of each 4-bit
+/// index. The emitter replaces it with the format's own table and keeps it,
+/// `idx_lo` / `idx_hi` and `lut` only in codebook kernels.
+pub const CODEBOOK: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// Low-nibble codebook indices (one mask).
+#[inline(always)]
+pub unsafe fn idx_lo(w: I) -> I {
+    nib_lo(w)
+}
+
+/// High-nibble codebook indices (shift and mask).
+#[inline(always)]
+pub unsafe fn idx_hi(w: I) -> I {
+    nib_hi(w)
+}
+
+/// Codebook levels of 32 indices (0..16): one pshufb with the table in both
+/// 128-bit lanes (the table load is loop-invariant).
+#[inline(always)]
+pub unsafe fn lut(idx: I) -> I {
+    let t = _mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i);
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx)
+}

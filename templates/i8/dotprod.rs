@@ -134,3 +134,28 @@ pub unsafe fn scales(p: *const u16) -> F {
     );
     out
 }
+
+/// Codebook of the codebook formats (IQ4_NL): the int8 level of each 4-bit
+/// index. The emitter replaces it with the format's own table and keeps it,
+/// `idx_lo` / `idx_hi` and `lut` only in codebook kernels.
+pub const CODEBOOK: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// Low-nibble codebook indices (one mask).
+#[inline(always)]
+pub unsafe fn idx_lo(w: I) -> I {
+    vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0x0F)))
+}
+
+/// High-nibble codebook indices (one shift).
+#[inline(always)]
+pub unsafe fn idx_hi(w: I) -> I {
+    vreinterpretq_s32_u8(vshrq_n_u8::<4>(vreinterpretq_u8_s32(w)))
+}
+
+/// Codebook levels of 16 indices (0..16): one tbl from the table in a
+/// register (the table load is loop-invariant).
+#[inline(always)]
+pub unsafe fn lut(idx: I) -> I {
+    let t = vld1q_s8(CODEBOOK.as_ptr());
+    vreinterpretq_s32_s8(vqtbl1q_s8(t, vreinterpretq_u8_s32(idx)))
+}

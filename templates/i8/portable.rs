@@ -160,3 +160,26 @@ pub unsafe fn scales(p: *const u16) -> F {
     }
     r
 }
+
+/// Codebook of the codebook formats (IQ4_NL): the int8 level of each 4-bit
+/// index. The emitter replaces it with the format's own table and keeps it,
+/// `idx_lo` / `idx_hi` and `lut` only in codebook kernels.
+pub const CODEBOOK: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// Low-nibble codebook indices.
+#[inline(always)]
+pub unsafe fn idx_lo(w: I) -> I {
+    nib_lo(w)
+}
+
+/// High-nibble codebook indices.
+#[inline(always)]
+pub unsafe fn idx_hi(w: I) -> I {
+    nib_hi(w)
+}
+
+/// Codebook levels of each index byte (0..16), as i8 bytes.
+#[inline(always)]
+pub unsafe fn lut(idx: I) -> I {
+    idx.map(|v| u32::from_le_bytes(v.to_le_bytes().map(|b| CODEBOOK[(b & 15) as usize] as u8)))
+}

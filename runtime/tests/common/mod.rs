@@ -1,9 +1,12 @@
 //! Oracle checks and test shapes shared by test files (`mod common;`): the
 //! same bounds as `kernels.rs` (f32 family) and `int8.rs` (int8 family).
+// Each test crate uses a different subset.
+#![allow(dead_code)]
 
 use kgen::format::GptqMatrix;
 use kgen::ggml::{GgmlMatrix, GgmlType};
 use kgen::int8_layout::{quantize_activations, reference_i8};
+use kgen_runtime::Group;
 
 /// f32 family `(k, n)` pairs: k not a multiple of the group or block, n not a
 /// multiple of the tile width, several K blocks and panels.
@@ -84,5 +87,14 @@ pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: 
                 "{what}: row {r} col {j}: got {got}, want {exp} (tol {tol:e})"
             );
         }
+    }
+}
+
+/// The `Group` of a registry entry's `group` field (0: per column).
+pub fn group_of(g: usize) -> Group {
+    if g == 0 {
+        Group::Column
+    } else {
+        Group::Size(g)
     }
 }

@@ -4,14 +4,17 @@
 Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
-hold F32 / F16 / Q4_0 / Q8_0 matrices quantized by gguf.quants.quantize, plus
+hold F32 / F16 / Q4_0 / Q8_0 matrices quantized by gguf.quants.quantize,
+IQ4_NL matrices of raw blocks (gguf-py cannot quantize IQ4_NL: random
+indices and f16 scales, written with raw_dtype and dequantized by gguf-py), plus
 metadata of every value type (strings, string arrays, nested arrays) and
 tensors kgen must refuse (Q4_1, Q6_K, 1-D, 3-D). DIR/small.gguf is a tiny file
 for exhaustive truncation tests.
 
 For every matrix tensor NAME (numpy shape (N, K), i.e. GGUF dims [K, N]):
   NAME.orig  the f32 weights before quantization, N x K, little-endian
-  NAME.q     gguf-py's encoded bytes (quantize(orig, type))
+             (raw IQ4_NL tensors: the dequantized weights)
+  NAME.q     gguf-py's encoded bytes (quantize(orig, type); IQ4_NL: the raw blocks)
   NAME.deq   gguf-py's dequantize(q, type), f32 N x K
   NAME.x     an activation vector, f32 K
   NAME.y     numpy's float32 x @ deq.T, f32 N (only for finite weights)
@@ -120,6 +123,49 @@ def add(writer, out, fname, name, w, qtype, matmul=True):
     manifest.append(f"{fname} {name} {qtype.name} {k} {n} {'matmul' if matmul else 'nomatmul'}")
 
 
+def add_raw(writer, out, fname, name, blocks, qtype, k, matmul=True):
+    """Adds raw blocks (N rows of K/32 blocks, uint8) of a type gguf-py can
+    dequantize but not quantize, and dumps the files as add() does."""
+    n = blocks.shape[0]
+    raw = np.ascontiguousarray(blocks.reshape(n, -1), dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        deq = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    assert deq.shape == (n, k), (deq.shape, n, k)
+    writer.add_tensor(name, raw, raw_dtype=qtype)
+    x = rng.standard_normal(k).astype(np.float32)
+    base = os.path.join(out, name)
+    for ext, data in (("orig", le_f32(deq)), ("q", raw.tobytes()), ("deq", le_f32(deq)), ("x", le_f32(x))):
+        with open(base + "." + ext, "wb") as f:
+            f.write(data)
+    if matmul:
+        with open(base + ".y", "wb") as f:
+            f.write(le_f32((x @ deq.T).astype(np.float32)))
+    manifest.append(f"{fname} {name} {qtype.name} {k} {n} {'matmul' if matmul else 'nomatmul'}")
+
+
+def iq4_nl_blocks(n, k, scales=None):
+    """Random IQ4_NL blocks: f16 scale d, 16 bytes of index pairs. Scales span
+    several orders of magnitude with both signs unless given (N x K/32)."""
+    nb = k // 32
+    if scales is None:
+        scales = rng.standard_normal((n, nb)) * 10.0 ** rng.uniform(-5, -1, size=(n, 1))
+    d = np.asarray(scales, dtype=np.float16).reshape(n, nb, 1).view(np.uint8)
+    qs = rng.integers(0, 256, size=(n, nb, 16), dtype=np.uint8)
+    return np.concatenate([d, qs], axis=2)
+
+
+def iq4_nl_edge_blocks(k):
+    """Every index in both nibbles, zero and -0.0 scales, f16 subnormal,
+    tiny and maximal scales."""
+    nb = k // 32
+    special = [0.0, -0.0, 6e-8, -3e-5, 65504.0, -65504.0, 1.0, -1.0]
+    scales = np.array([special[i % len(special)] for i in range(4 * nb)], dtype=np.float32)
+    b = iq4_nl_blocks(4, k, scales.reshape(4, nb))
+    # Row 0: byte j of every block = index j | (15 - j) << 4.
+    b[0, :, 2:] = (np.arange(16, dtype=np.uint8) | ((15 - np.arange(16, dtype=np.uint8)) << 4))
+    return b
+
+
 def metadata(writer):
     writer.add_name("kgen test model")
     writer.add_uint32("test.u32", 123456)
@@ -161,9 +207,15 @@ def model(out):
     add(w, out, fname, "edge.q4_0", e, T.Q4_0)
     add(w, out, fname, "edge.q8_0", e, T.Q8_0)
     add(w, out, fname, "edge.f16", e, T.F16)
+    for k in (32, 64, 256):
+        for n in (1, 3, 40):
+            add_raw(w, out, fname, f"blk.k{k}.n{n}.iq4_nl", iq4_nl_blocks(n, k), T.IQ4_NL, k)
+    add_raw(w, out, fname, "edge.iq4_nl", iq4_nl_edge_blocks(256), T.IQ4_NL, 256)
     s = special_weights(64)
     add(w, out, fname, "special.q4_0", s, T.Q4_0, matmul=False)
     add(w, out, fname, "special.q8_0", s, T.Q8_0, matmul=False)
+    sp = np.array([[np.inf, 1.0], [1.0, np.nan], [-np.inf, -np.inf]], dtype=np.float32)
+    add_raw(w, out, fname, "special.iq4_nl", iq4_nl_blocks(3, 64, sp), T.IQ4_NL, 64, matmul=False)
     # Tensors kgen must refuse.
     w.add_tensor("unsupported.q4_1", gguf.quants.quantize(random_weights(3, 64), T.Q4_1), raw_dtype=T.Q4_1)
     w.add_tensor("unsupported.q6_k", rng.integers(0, 256, size=(2, 210), dtype=np.uint8), raw_dtype=T.Q6_K)
@@ -183,6 +235,7 @@ def align64(out):
     add(w, out, fname, "a64.f32.k5.n3", random_weights(3, 5), T.F32)
     add(w, out, fname, "a64.q4_0.k64.n3", random_weights(3, 64), T.Q4_0)
     add(w, out, fname, "a64.q8_0.k32.n5", random_weights(5, 32), T.Q8_0)
+    add_raw(w, out, fname, "a64.iq4_nl.k96.n7", iq4_nl_blocks(7, 96), T.IQ4_NL, 96)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
