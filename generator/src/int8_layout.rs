@@ -230,10 +230,17 @@ impl I8Layout {
                 let (sa, sb) = std::mem::take(&mut scales).split_at_mut(cols(p1) - cols(p0));
                 (words, scales) = (wb, sb);
                 let bases = (word_at(p0), cols(p0));
-                if part + 1 == parts {
-                    self.fill_panels(src, p0..p1, wa, sa, bases);
+                // The lane group's word count as a constant: a runtime-length
+                // copy per group is a memcpy call in the hot loop.
+                let fill = if self.group_bytes == 4 {
+                    Self::fill_panels::<1>
                 } else {
-                    scope.spawn(move || self.fill_panels(src, p0..p1, wa, sa, bases));
+                    Self::fill_panels::<2>
+                };
+                if part + 1 == parts {
+                    fill(self, src, p0..p1, wa, sa, bases);
+                } else {
+                    scope.spawn(move || fill(self, src, p0..p1, wa, sa, bases));
                 }
             }
         });
@@ -241,7 +248,7 @@ impl I8Layout {
     }
 
     /// Fills `panels` into `words` / `sc`, which start at `(word, scale)` = `base`.
-    fn fill_panels(
+    fn fill_panels<const GW: usize>(
         &self,
         src: &GgmlMatrix,
         panels: std::ops::Range<usize>,
@@ -251,59 +258,55 @@ impl I8Layout {
     ) {
         let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
         let bb = self.block_bytes();
-        let gb = self.group_bytes;
-        let chunks = bb / gb;
+        // Everything is whole u32 words: lane groups are GW = 1 or 2 words.
+        debug_assert_eq!(GW * 4, self.group_bytes);
+        let tile_words = tw * bb / 4;
+        let chunks = bb / self.group_bytes;
         let src_blocks = src.k / QK;
         let block_bytes = src.dtype.block_bytes();
-        let flip = if self.signed { 0x88 } else { 0 };
+        let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8.
-        let zero_byte = if self.bits == 4 { 0x88 ^ flip } else { 0 };
-        let bytes: &mut [u8] = bytemuck_bytes(words);
-        let base_bytes = base.0 * 4;
+        let zero_word = if self.bits == 4 {
+            0x8888_8888 ^ flip
+        } else {
+            0
+        };
         for panel in panels {
             for kb in 0..self.k_blocks() {
                 for tile in 0..self.panel_width(panel) / tw {
                     let (off, soff, nb) = self.tile_offset(panel, kb, tile);
                     let (off, soff, c0) = (
-                        off - base_bytes,
+                        off / 4 - base.0,
                         soff - base.1,
                         panel * self.t_b + tile * tw,
                     );
                     for b in 0..nb {
                         let blk = kb * (self.m_b / QK) + b;
-                        let at = off + b * tw * bb;
+                        let at = off + b * tile_words;
                         for t in 0..t_u {
                             for lane in 0..l {
                                 let col = t * l + lane;
                                 let j = c0 + col;
-                                let mut col_bytes = [zero_byte; QK];
+                                let mut col_words = [zero_word; QK / 4];
                                 if j < self.n && blk < src_blocks {
                                     let block = &src.data[(j * src_blocks + blk) * block_bytes..]
                                         [..block_bytes];
                                     sc[soff + b * tw + col] =
                                         u16::from_le_bytes([block[0], block[1]]);
-                                    block_chunks(self.bits, gb, &block[2..], &mut col_bytes);
-                                    if flip != 0 {
-                                        let head: &mut [u8; 16] =
-                                            (&mut col_bytes[..16]).try_into().expect("16");
-                                        *head = (u128::from_le_bytes(*head)
-                                            ^ 0x8888_8888_8888_8888_8888_8888_8888_8888u128)
-                                            .to_le_bytes();
+                                    block_chunks(
+                                        self.bits,
+                                        self.group_bytes,
+                                        &block[2..],
+                                        &mut col_words,
+                                    );
+                                    for v in &mut col_words[..4] {
+                                        *v ^= flip;
                                     }
                                 }
-                                // Fixed-size copies: a runtime-length one per
-                                // 4 bytes is a memcpy call in the hot loop.
                                 for g in 0..chunks {
-                                    let dst = at + ((g * t_u + t) * l + lane) * gb;
-                                    if gb == 4 {
-                                        let v: [u8; 4] =
-                                            col_bytes[4 * g..4 * g + 4].try_into().expect("4");
-                                        bytes[dst..dst + 4].copy_from_slice(&v);
-                                    } else {
-                                        let v: [u8; 8] =
-                                            col_bytes[8 * g..8 * g + 8].try_into().expect("8");
-                                        bytes[dst..dst + 8].copy_from_slice(&v);
-                                    }
+                                    let dst = at + ((g * t_u + t) * l + lane) * GW;
+                                    words[dst..dst + GW]
+                                        .copy_from_slice(&col_words[g * GW..(g + 1) * GW]);
                                 }
                             }
                         }
@@ -314,19 +317,15 @@ impl I8Layout {
     }
 }
 
-/// The words as bytes (u32 has no padding and any byte pattern is valid).
-fn bytemuck_bytes(words: &mut [u32]) -> &mut [u8] {
-    let len = std::mem::size_of_val(words);
-    // SAFETY: same allocation, u8 has alignment 1 and every value is valid.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, len) }
-}
-
 /// One column's block in chunk order for lane groups of `gb` bytes: 4-bit
 /// chunk `g` byte `j` packs value `2 gb g + j` (low nibble) and
 /// `2 gb g + gb + j` (high); 8-bit chunks are the values in order.
-fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u8; QK]) {
+fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
+    let word = |at: usize| u32::from_le_bytes(q[at..at + 4].try_into().expect("4 bytes"));
     if bits == 8 {
-        out.copy_from_slice(&q[..QK]);
+        for (g, v) in out.iter_mut().enumerate() {
+            *v = word(4 * g);
+        }
         return;
     }
     // GGUF Q4_0: byte i holds value i (low nibble) and value i + 16 (high).
@@ -334,26 +333,16 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u8; QK]) {
     // nibble plane, chunk g' takes bytes 2 gb g'.. (its low half) and
     // 2 gb g' + gb.. (its high half). Done a word at a time: this is the
     // repack's inner loop.
-    if gb == 4 {
-        const LO: u32 = 0x0F0F_0F0F;
-        let word = |at: usize| u32::from_le_bytes(q[at..at + 4].try_into().expect("4 bytes"));
-        let (a, b, c, d) = (word(0), word(4), word(8), word(12));
-        let chunks = [
-            (a & LO) | ((b & LO) << 4),
-            (c & LO) | ((d & LO) << 4),
-            ((a >> 4) & LO) | (b & !LO),
-            ((c >> 4) & LO) | (d & !LO),
-        ];
-        for (g, v) in chunks.iter().enumerate() {
-            out[4 * g..4 * g + 4].copy_from_slice(&v.to_le_bytes());
-        }
+    const LO: u32 = 0x0F0F_0F0F;
+    let (a, b, c, d) = (word(0), word(4), word(8), word(12));
+    let lo = |x: u32, y: u32| (x & LO) | ((y & LO) << 4);
+    let hi = |x: u32, y: u32| ((x >> 4) & LO) | (y & !LO);
+    // Little-endian words: an 8-byte group is two consecutive words.
+    out[..4].copy_from_slice(&if gb == 4 {
+        [lo(a, b), lo(c, d), hi(a, b), hi(c, d)]
     } else {
-        const LO: u64 = 0x0F0F_0F0F_0F0F_0F0F;
-        let word = |at: usize| u64::from_le_bytes(q[at..at + 8].try_into().expect("8 bytes"));
-        let (a, b) = (word(0), word(8));
-        out[..8].copy_from_slice(&((a & LO) | ((b & LO) << 4)).to_le_bytes());
-        out[8..16].copy_from_slice(&(((a >> 4) & LO) | (b & !LO)).to_le_bytes());
-    }
+        [lo(a, c), lo(b, d), hi(a, c), hi(b, d)]
+    });
 }
 
 /// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
