@@ -890,7 +890,6 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
 }
 
 fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
-    let fname = format_ident!("micro_r{}", rows);
     // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let l = p.lanes;
@@ -1032,11 +1031,36 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
             });
         }
     }
-    let (wstep, sstep) = (lit(chunks * t_u * chunk), lit(t_u * l));
+    let body = quote! { #zero #block #fold };
+    micro_fn(p, isa, rows, init, body, store, (32, 1))
+}
+
+/// Bytes of a column group's chunk and chunks per block.
+pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
+    let chunk = p.lanes * isa.group_bytes;
+    (chunk, 4 * p.spec.bits as usize / isa.group_bytes)
+}
+
+/// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value
+/// blocks, `body` per block, then the pointer steps (`x_step` activation
+/// bytes and `d_step` scales per block), `store` after it.
+pub(crate) fn micro_fn(
+    p: &I8Plan,
+    isa: &I8Isa,
+    rows: usize,
+    init: TokenStream,
+    body: TokenStream,
+    store: TokenStream,
+    (x_step, d_step): (usize, usize),
+) -> TokenStream {
+    let fname = format_ident!("micro_r{}", rows);
+    let (chunk, chunks) = geometry(p, isa);
+    let (wstep, sstep) = (lit(chunks * p.tile.t_u * chunk), lit(p.tile.t_u * p.lanes));
+    let (x_step, d_step) = (lit(x_step), lit(d_step));
     let attrs = fn_attrs(isa);
     let doc = format!(
         " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
-        t_sub * l
+        p.tile.t_sub * p.lanes
     );
     quote! {
         #[doc = #doc]
@@ -1048,13 +1072,11 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
             unsafe {
                 #init
                 for _ in 0..blocks {
-                    #zero
-                    #block
-                    #fold
+                    #body
                     w = w.add(#wstep);
                     sc = sc.add(#sstep);
-                    xq = xq.add(32);
-                    xd = xd.add(1);
+                    xq = xq.add(#x_step);
+                    xd = xd.add(#d_step);
                     xc = xc.add(1);
                 }
                 #store

@@ -15,18 +15,12 @@
 //! integer / float tile of row pair `pair` and column pair `t`, `lo_{t}` /
 //! `hi_{t}` the nibble planes of column pair `t`.
 
-use crate::int8::{I8Isa, I8Plan};
+use crate::int8::{geometry, micro_fn, I8Isa, I8Plan};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 fn lit(v: usize) -> Literal {
     Literal::usize_unsuffixed(v)
-}
-
-/// Bytes of a column pair's chunk and chunks per block.
-fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
-    let chunk = p.lanes * isa.group_bytes;
-    (chunk, 4 * p.spec.bits as usize / isa.group_bytes)
 }
 
 /// Loads chunk `g` of the micro tile's column pairs (and, for 4-bit, splits
@@ -56,47 +50,6 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
         }
     }
     out
-}
-
-fn micro_fn(
-    p: &I8Plan,
-    isa: &I8Isa,
-    rows: usize,
-    init: TokenStream,
-    body: TokenStream,
-    store: TokenStream,
-    (x_step, d_step): (usize, usize),
-) -> TokenStream {
-    let fname = format_ident!("micro_r{}", rows);
-    let (chunk, chunks) = geometry(p, isa);
-    let (wstep, sstep) = (lit(chunks * p.tile.t_u * chunk), lit(p.tile.t_u * p.lanes));
-    let (x_step, d_step) = (lit(x_step), lit(d_step));
-    let attrs = crate::emit::fn_attrs(isa.features);
-    let doc = format!(
-        " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
-        p.tile.t_sub * p.lanes
-    );
-    quote! {
-        #[doc = #doc]
-        #attrs
-        unsafe fn #fname(
-            mut w: *const u8, mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
-            y: *mut f32, ldx: usize, ldb: usize, ldy: usize, blocks: usize,
-        ) {
-            unsafe {
-                #init
-                for _ in 0..blocks {
-                    #body
-                    w = w.add(#wstep);
-                    sc = sc.add(#sstep);
-                    xq = xq.add(#x_step);
-                    xd = xd.add(#d_step);
-                    xc = xc.add(1);
-                }
-                #store
-            }
-        }
-    }
 }
 
 /// One activation row against `t_sub` column pairs with `sdot`.
