@@ -69,6 +69,19 @@ pub unsafe fn bcast4(p: *const i8) -> I {
     _mm256_set1_epi32((p as *const i32).read_unaligned())
 }
 
+/// 16 activation bytes in both 128-bit lanes, for [`xsel`].
+#[inline(always)]
+pub unsafe fn xquad(p: *const i8) -> I {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// One dword of each 128-bit lane of an [`xquad`] in every lane (vpshufd
+/// with `IMM` = dword x 0x55): a shuffle-port uop instead of a broadcast load.
+#[inline(always)]
+pub unsafe fn xsel<const IMM: i32>(v: I) -> I {
+    _mm256_shuffle_epi32::<IMM>(v)
+}
+
 /// acc + per-lane sum of 4 products of unsigned `w` and signed `x` bytes.
 /// Pairs of products stay below 2^15 for weights up to 128, so maddubs
 /// never saturates here.
