@@ -937,45 +937,21 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
         }
     }
     let mut block = TokenStream::new();
-    if p.spec.codebook {
-        // As 4-bit, but the nibbles are codebook indices: unpack, look up
-        // (signed int8 levels), and a signed x signed dot straight into i32.
-        for g in 0..chunks {
-            for t in 0..t_sub {
-                let (wv, lo, hi) = (
-                    format_ident!("w_{}", t),
-                    format_ident!("lo_{}", t),
-                    format_ident!("hi_{}", t),
-                );
-                let off = lit((g * t_u + t) * chunk);
-                block.extend(quote! {
-                    let #wv = ops::loadb(w.add(#off));
-                    let #lo = ops::lut(ops::idx_lo(#wv));
-                    let #hi = ops::lut(ops::idx_hi(#wv));
-                });
-            }
-            for r in 0..rows {
-                let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
-                let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
-                block.extend(quote! {
-                    let #xl = #bl;
-                    let #xh = #bh;
-                });
-                for t in 0..t_sub {
-                    let (i, lo, hi) = (
-                        iv(r, t),
-                        format_ident!("lo_{}", t),
-                        format_ident!("hi_{}", t),
-                    );
-                    block.extend(quote! {
-                        #i = ops::dot_s(#i, #lo, #xl);
-                        #i = ops::dot_s(#i, #hi, #xh);
-                    });
-                }
-            }
-        }
-    } else if p.spec.bits == 4 {
+    if p.spec.bits == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
+        // Codebook nibbles are indices: looked up (signed int8 levels) and
+        // dotted signed x signed straight into i32; plain nibbles go through
+        // the template's block accumulator.
+        let unpack = |half: &str, wv: &proc_macro2::Ident| {
+            if p.spec.codebook {
+                let idx = format_ident!("idx_{}", half);
+                quote! { ops::lut(ops::#idx(#wv)) }
+            } else {
+                let nib = format_ident!("nib_{}", half);
+                quote! { ops::#nib(#wv) }
+            }
+        };
+        let acc = format_ident!("{}", if p.spec.codebook { "dot_s" } else { "pair_acc" });
         for g in 0..chunks {
             for t in 0..t_sub {
                 let (wv, lo, hi) = (
@@ -984,10 +960,11 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
                     format_ident!("hi_{}", t),
                 );
                 let off = lit((g * t_u + t) * chunk);
+                let (ulo, uhi) = (unpack("lo", &wv), unpack("hi", &wv));
                 block.extend(quote! {
                     let #wv = ops::loadb(w.add(#off));
-                    let #lo = ops::nib_lo(#wv);
-                    let #hi = ops::nib_hi(#wv);
+                    let #lo = #ulo;
+                    let #hi = #uhi;
                 });
             }
             for r in 0..rows {
@@ -1004,8 +981,8 @@ fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
                         format_ident!("hi_{}", t),
                     );
                     block.extend(quote! {
-                        #i = ops::pair_acc(#i, #lo, #xl);
-                        #i = ops::pair_acc(#i, #hi, #xh);
+                        #i = ops::#acc(#i, #lo, #xl);
+                        #i = ops::#acc(#i, #hi, #xh);
                     });
                 }
             }

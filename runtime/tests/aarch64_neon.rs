@@ -4,6 +4,9 @@
 
 #![cfg(target_arch = "aarch64")]
 
+mod common;
+
+use common::sve_vector_bits;
 use kgen_runtime::{Group, Registry};
 use std::collections::BTreeSet;
 
@@ -47,24 +50,6 @@ fn neon_first_then_portable_for_every_format() {
         let (gemv, gemm) = reg.select_isa(bits, group, None).unwrap();
         assert_eq!((gemv.isa, gemm.isa), ("neon", "neon"));
     }
-}
-
-/// The SVE vector length of this thread, where the CPU has SVE.
-fn sve_vector_bits() -> Option<u64> {
-    if !std::arch::is_aarch64_feature_detected!("sve") {
-        return None;
-    }
-    let bytes: u64;
-    // SAFETY: SVE is present, so RDVL exists; it only writes a register.
-    unsafe {
-        std::arch::asm!(
-            ".arch_extension sve",
-            "rdvl {b}, #1",
-            b = out(reg) bytes,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    Some(bytes * 8)
 }
 
 /// The int8 family on aarch64: smmla kernels exactly when the CPU has

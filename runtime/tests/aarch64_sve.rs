@@ -9,27 +9,12 @@
 
 #![cfg(target_arch = "aarch64")]
 
+mod common;
+
+use common::sve_vector_bits;
 use kgen::format::Rng;
 use kgen::int8_layout::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
-
-/// The SVE vector length of this thread in bits, where the CPU has SVE.
-fn sve_vector_bits() -> Option<u64> {
-    if !std::arch::is_aarch64_feature_detected!("sve") {
-        return None;
-    }
-    let bytes: u64;
-    // SAFETY: SVE is present, so RDVL exists; it only writes a register.
-    unsafe {
-        std::arch::asm!(
-            ".arch_extension sve",
-            "rdvl {b}, #1",
-            b = out(reg) bytes,
-            options(pure, nomem, nostack, preserves_flags),
-        );
-    }
-    Some(bytes * 8)
-}
 
 #[test]
 fn sve256_is_selected_exactly_at_256_bit_sve() {

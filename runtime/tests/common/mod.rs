@@ -98,3 +98,22 @@ pub fn group_of(g: usize) -> Group {
         Group::Size(g)
     }
 }
+
+/// The SVE vector length of this thread in bits, where the CPU has SVE.
+#[cfg(target_arch = "aarch64")]
+pub fn sve_vector_bits() -> Option<u64> {
+    if !std::arch::is_aarch64_feature_detected!("sve") {
+        return None;
+    }
+    let bytes: u64;
+    // SAFETY: SVE is present, so RDVL exists; it only writes a register.
+    unsafe {
+        std::arch::asm!(
+            ".arch_extension sve",
+            "rdvl {b}, #1",
+            b = out(reg) bytes,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    Some(bytes * 8)
+}
