@@ -126,8 +126,14 @@ fn header(target: &TargetDesc, plans: &[Plan], command: &str) -> String {
         let r = &p.registers;
         let _ = writeln!(
             h,
-            "//   eq. 4:    {} accumulators + {} weights + {} broadcast = {} <= {} registers",
-            r.accumulators, r.weights, r.broadcast, r.total, r.limit
+            "//   eq. 4:    {} accumulators + {} weights + {} broadcast = {} <= {} registers; {} unpack masks, {} reloaded",
+            r.accumulators,
+            r.weights,
+            r.broadcast,
+            r.total,
+            r.limit,
+            r.masks,
+            r.spilled_masks()
         );
         let _ = writeln!(
             h,

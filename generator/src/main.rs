@@ -372,13 +372,15 @@ fn print_plan(p: &Plan, explain: bool) {
     );
     let r = &p.registers;
     println!(
-        "  eq. 4  registers: {} acc + {} weights + {} broadcast = {} <= {}  (paper form m_u + m_u t_u + t_u = {})",
+        "  eq. 4  registers: {} acc + {} weights + {} broadcast = {} <= {}  (paper form m_u + m_u t_u + t_u = {}); {} unpack masks, {} reloaded from memory",
         r.accumulators,
         r.weights,
         r.broadcast,
         r.total,
         r.limit,
-        p.tile.m_u + p.tile.m_u * p.tile.t_u + p.tile.t_u
+        p.tile.m_u + p.tile.m_u * p.tile.t_u + p.tile.t_u,
+        r.masks,
+        r.spilled_masks()
     );
     println!(
         "  eq. 5  L1: 32*{m_r}*{mb} + {b}*{mb}*{tb} + 32*{m_r}*{tb} = {} <= {} bits ({:.1}% used)",
@@ -404,13 +406,15 @@ fn print_plan(p: &Plan, explain: bool) {
         println!("  candidates (model rank, best first):");
         for (i, c) in p.candidates.iter().enumerate() {
             println!(
-                "   {:>3}. m_u={:<2} t_u={:<2} m_r={}  regs {:>2}/{}  {:>7.1} GB/s  {:>7.1} GFLOPS  compute {:>7.1} GB/s  col-eff {:.3}",
+                "   {:>3}. m_u={:<2} t_u={:<2} m_r={}  regs {:>2}/{} +{} masks ({} reloaded)  {:>7.1} GB/s  {:>7.1} GFLOPS  compute {:>7.1} GB/s  col-eff {:.3}",
                 i + 1,
                 c.tile.m_u,
                 c.tile.t_u,
                 c.tile.m_r,
                 c.registers.total,
                 c.registers.limit,
+                c.registers.masks,
+                c.registers.spilled_masks(),
                 c.prediction.gbs,
                 c.prediction.gflops,
                 c.prediction.compute_gbs,

@@ -10,6 +10,18 @@
 //!   the core's bandwidth and the up-convert + FMA work at the core's issue
 //!   rate, which predicts GB/s of weights and GFLOPS for a plan.
 //!
+//! Three corrections came from timing the candidates with `kgen tune` on a
+//! Zen 3 (4096x4096 q4g32, where the earlier model's pick was 1.08x the best
+//! GEMV and 1.12x the best m=32 GEMM):
+//! - GB/s count packed weights only, as the tuner and benches do; the
+//!   scales and zeros are streamed beside them (the earlier figures counted
+//!   them, which read as a 40% optimistic model);
+//! - the 4-bit unpack keeps 7 masks live: a tile that leaves some without a
+//!   register reloads them at every use ([`RegisterUse::spilled_masks`]);
+//! - the FMA chains restart each group, so the out-of-order window
+//!   (`core.vector_window`) overlaps consecutive groups' chains and only
+//!   the part it cannot hold is exposed latency.
+//!
 //! Instruction counts come from [`unpack_steps`], the same description the
 //! emitter unrolls, so the model counts what the generated code executes.
 
@@ -83,6 +95,17 @@ pub fn unpack_steps(bits: u32) -> Vec<UnpackStep> {
         .collect()
 }
 
+/// Distinct unpack masks the micro kernel splats once and keeps live: one
+/// per in-place position (the emitter's `mask_<shift>`), 7 for 4-bit.
+pub fn unpack_masks(bits: u32) -> usize {
+    unpack_steps(bits)
+        .iter()
+        .filter(|s| s.needs_mask)
+        .map(|s| if s.in_place { s.shift } else { 0 })
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+}
+
 /// Activation pre-scale factors for the positions of one packing unit.
 pub fn x_scales(bits: u32) -> Vec<f32> {
     unpack_steps(bits).iter().map(UnpackStep::x_scale).collect()
@@ -122,8 +145,11 @@ pub struct RegisterUse {
     /// t_u packed word vectors (two per column vector while a 3-bit value
     /// straddles words) plus the one unpacked weight in flight.
     pub weights: usize,
-    /// One broadcast activation per row, plus the unpack mask.
+    /// One broadcast activation per row, plus one loaded ahead of its use.
     pub broadcast: usize,
+    /// The unpack masks ([`unpack_masks`]), splatted once per call.
+    pub masks: usize,
+    /// accumulators + weights + broadcast: what must stay in registers.
     pub total: usize,
     /// The ISA's register count (eta).
     pub limit: usize,
@@ -139,6 +165,7 @@ impl RegisterUse {
             accumulators,
             weights,
             broadcast,
+            masks: unpack_masks(spec.bits),
             total: accumulators + weights + broadcast,
             limit: isa.registers,
         }
@@ -146,6 +173,14 @@ impl RegisterUse {
 
     pub fn fits(&self) -> bool {
         self.total <= self.limit
+    }
+
+    /// Masks that do not fit beside the tile: the compiler reloads each from
+    /// memory at every use (one load per weight vector and mask).
+    pub fn spilled_masks(&self) -> usize {
+        (self.total + self.masks)
+            .saturating_sub(self.limit)
+            .min(self.masks)
     }
 }
 
@@ -173,9 +208,12 @@ pub enum Bound {
 pub struct Prediction {
     /// Core cycles per packing unit of one tile (compute side).
     pub cycles_per_unit_tile: f64,
-    /// Weight bytes one core can up-convert and multiply per second.
+    /// Packed weight bytes one core can up-convert and multiply per second.
+    /// Every GB/s here counts packed weights only (`k n bits / 8`), as
+    /// `kgen tune` and the benches do; scales and zeros stream on top.
     pub compute_gbs: f64,
-    /// Weight bytes one core can stream per second.
+    /// Packed weight bytes one core can stream per second: its bandwidth
+    /// less the share the scales and zeros take.
     pub memory_gbs: f64,
     /// Predicted GB/s of weights on one core, after padding waste.
     pub gbs: f64,
@@ -210,7 +248,10 @@ pub fn predict(
     // Work per packing unit of one tile, in vector uops.
     let fma_ops = t_u * values * m_r * if isa.fused_fma { 1.0 } else { 2.0 };
     let alu_ops = t_u * unpack_alu_ops(spec.bits) as f64;
-    let loads = t_u * words + m_r * values;
+    // Masks that found no register are reloaded at each use: once per
+    // weight vector, shared by the m_r rows.
+    let spill_loads = t_u * RegisterUse::of(spec, isa, tile).spilled_masks() as f64;
+    let loads = t_u * words + m_r * values + spill_loads;
     // Per-group fold (eq. 2): two FMAs and two loads per accumulator, amortised.
     let units_per_group = match spec.group {
         Group::Size(g) => (g / spec.values_per_unit()) as f64,
@@ -222,26 +263,42 @@ pub fn predict(
     let fold_loads = (2.0 * t_u + m_r + 2.0 * t_u * m_r) / units_per_group;
 
     let fma_units = core.fma_units.max(1) as f64;
-    let all_units = fma_units + core.vector_alu_units as f64;
+    // The FMA pipes are among the vector ALU pipes (Haswell's ports 0, 1 and
+    // 5; Zen's four FP pipes), so every vector uop shares these.
+    let all_units = core.vector_alu_units.max(core.fma_units).max(1) as f64;
     // Every value is converted once per column vector, on the convert pipes.
     let converts = t_u * values / core.convert_units.max(1) as f64;
     let issue = ((fma_ops + fold_fma) / fma_units)
         .max(converts)
-        .max((fma_ops + fold_fma + alu_ops) / all_units)
+        // A mask reloaded from memory turns its `and` into a load-op the
+        // vector scheduler holds as one more uop.
+        .max((fma_ops + fold_fma + alu_ops + spill_loads) / all_units)
         .max((loads + fold_loads) / core.load_units.max(1) as f64);
-    // Each accumulator receives values / m_u dependent FMAs per unit.
-    let latency = values / m_u * FMA_LATENCY * if isa.fused_fma { 1.0 } else { 2.0 };
+    // Each accumulator receives values / m_u dependent FMAs per unit, but the
+    // chains restart every group (eq. 2 folds them), so the out-of-order
+    // window overlaps a group's chain with the next group's: the exposed part
+    // is the share of a group's uops the window cannot hold.
+    let chain = values / m_u * FMA_LATENCY * if isa.fused_fma { 1.0 } else { 2.0 };
+    let group_uops = (fma_ops + fold_fma + alu_ops + loads + fold_loads) * units_per_group;
+    let latency = if group_uops.is_finite() {
+        chain * group_uops / (group_uops + core.vector_window.max(1) as f64)
+    } else {
+        chain
+    };
     let cycles = issue.max(latency);
 
     let tw = (isa.lanes * tile.t_u) as f64;
-    // Weight bytes per unit of one tile: the words, plus scale and zero amortised.
-    let bytes = tw * words * 4.0 + tw * 8.0 / units_per_group;
+    // Bytes per unit of one tile: the packed words, which is what GB/s of
+    // weights counts here as in `kgen tune` and the benches, and the scale and
+    // zero (f32 each, amortised), which stream from memory beside them.
+    let packed = tw * words * 4.0;
+    let streamed = packed + tw * 8.0 / units_per_group;
     // The rows of a GEMM call are processed m_r at a time, each pass re-reading
     // the weight tile from L1, so compute scales with rows / m_r.
     let passes = (rows / m_r).ceil();
     let hz = core.ghz * 1e9;
-    let compute_gbs = bytes * hz / (cycles * passes) / 1e9;
-    let memory_gbs = target.memory.bandwidth_per_core_gbs;
+    let compute_gbs = packed * hz / (cycles * passes) / 1e9;
+    let memory_gbs = target.memory.bandwidth_per_core_gbs * packed / streamed;
     let column_efficiency = n as f64 / crate::layout::round_up(n, isa.lanes * tile.t_u) as f64;
     let raw = compute_gbs.min(memory_gbs);
     let gbs = raw * column_efficiency;
@@ -249,7 +306,8 @@ pub fn predict(
     let flops = 2.0 * rows * (k * n) as f64;
     let gflops = flops / (weight_bytes / (gbs * 1e9)) / 1e9;
     let cores = core.cores.max(1) as f64;
-    let gbs_all_cores = (compute_gbs * cores).min(target.memory.bandwidth_gbs) * column_efficiency;
+    let gbs_all_cores = (compute_gbs * cores).min(target.memory.bandwidth_gbs * packed / streamed)
+        * column_efficiency;
     Prediction {
         cycles_per_unit_tile: cycles,
         compute_gbs,

@@ -82,7 +82,8 @@ pub struct Core {
     pub fma_units: u32,
     /// Vector integer dot-product pipes per core (vpdpbusd / sdot).
     pub dot_units: u32,
-    /// Vector ALU pipes per core (shifts, logic, converts).
+    /// Vector ALU pipes per core (shifts, logic, converts), the FMA pipes
+    /// among them: every vector uop issues on one of these.
     pub vector_alu_units: u32,
     /// Vector int-to-float converts per cycle per core (the f32 path's
     /// up-convert); 2 when a file leaves it out.
@@ -90,6 +91,12 @@ pub struct Core {
     pub convert_units: u32,
     /// Loads per cycle per core.
     pub load_units: u32,
+    /// Vector uops the out-of-order core can hold waiting for their operands
+    /// (vector scheduler plus its queue): how far it looks past a stalled
+    /// FMA chain into the next group's independent one. 128 when a file
+    /// leaves it out.
+    #[serde(default = "default_vector_window")]
+    pub vector_window: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -546,6 +553,7 @@ impl TargetDesc {
             ("core.vector_alu_units", c.vector_alu_units),
             ("core.convert_units", c.convert_units),
             ("core.load_units", c.load_units),
+            ("core.vector_window", c.vector_window),
         ] {
             if v == 0 {
                 return invalid(
@@ -951,6 +959,10 @@ fn two() -> u32 {
     2
 }
 
+fn default_vector_window() -> u32 {
+    128
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -978,6 +990,7 @@ mod tests {
                 vector_alu_units: 3,
                 convert_units: 2,
                 load_units: 2,
+                vector_window: 128,
             },
             memory: Memory {
                 bandwidth_gbs: 60.0,
