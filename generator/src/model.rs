@@ -263,9 +263,7 @@ pub fn predict(
     let fold_loads = (2.0 * t_u + m_r + 2.0 * t_u * m_r) / units_per_group;
 
     let fma_units = core.fma_units.max(1) as f64;
-    // The FMA pipes are among the vector ALU pipes (Haswell's ports 0, 1 and
-    // 5; Zen's four FP pipes), so every vector uop shares these.
-    let all_units = core.vector_alu_units.max(core.fma_units).max(1) as f64;
+    let all_units = fma_units + core.vector_alu_units as f64;
     // Every value is converted once per column vector, on the convert pipes.
     let converts = t_u * values / core.convert_units.max(1) as f64;
     let issue = ((fma_ops + fold_fma) / fma_units)

@@ -433,11 +433,11 @@ fn convert_units() -> u32 {
     }
 }
 
-/// Vector pipes, FMA pipes included: Zen has four FP pipes, Intel cores
-/// three vector ports (0, 1, 5), current Arm cores at least two.
+/// Vector pipes beside the two FMA pipes: Zen's FP2 and FP3 (four FP pipes
+/// in all); on other cores the figure kgen has always used.
 fn vector_alu_units(arch: Arch) -> u32 {
     match arch {
-        Arch::X86_64 if amd_family().is_some_and(|f| f >= 0x17) => 4,
+        Arch::X86_64 if amd_family().is_some_and(|f| f >= 0x17) => 2,
         Arch::X86_64 => 3,
         Arch::Aarch64 => 2,
     }

@@ -82,8 +82,8 @@ pub struct Core {
     pub fma_units: u32,
     /// Vector integer dot-product pipes per core (vpdpbusd / sdot).
     pub dot_units: u32,
-    /// Vector ALU pipes per core (shifts, logic, converts), the FMA pipes
-    /// among them: every vector uop issues on one of these.
+    /// Vector ALU pipes per core beside the FMA pipes (shifts, logic,
+    /// converts); a vector uop issues on one of `fma_units + vector_alu_units`.
     pub vector_alu_units: u32,
     /// Vector int-to-float converts per cycle per core (the f32 path's
     /// up-convert); 2 when a file leaves it out.
