@@ -47,6 +47,7 @@ pub fn detect() -> TargetDesc {
         Arch::Aarch64 => 32,
     };
 
+    let amd = amd_family();
     TargetDesc {
         name: "native".to_string(),
         description: cpu_model(),
@@ -63,8 +64,8 @@ pub fn detect() -> TargetDesc {
             // since Haswell and Cortex-A76; a guess, see the module notes.
             fma_units: 2,
             dot_units: 2,
-            vector_alu_units: vector_alu_units(arch),
-            convert_units: convert_units(),
+            vector_alu_units: vector_alu_units(arch, amd),
+            convert_units: convert_units(amd),
             load_units: 2,
             vector_window: 128,
         },
@@ -406,27 +407,19 @@ fn cache_from(caches: &[SysCache], threads_per_core: usize, arch: Arch) -> Cache
     Cache { l1d, l2, l3, line }
 }
 
-/// (vendor is AMD, CPU family) from /proc/cpuinfo.
+/// The CPU family from /proc/cpuinfo when the vendor is AMD.
 fn amd_family() -> Option<u32> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
-            .and_then(|l| l.split(':').nth(1))
-            .map(|v| v.trim().to_string())
-    };
-    if field("vendor_id").is_some_and(|v| v == "AuthenticAMD") {
-        field("cpu family").and_then(|v| v.parse().ok())
-    } else {
-        None
-    }
+    let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    (cpuinfo_field(&info, "vendor_id")? == "AuthenticAMD")
+        .then(|| cpuinfo_field(&info, "cpu family")?.parse().ok())
+        .flatten()
 }
 
 /// Vector int-to-float converts per cycle: Zen 1 and Zen 2 (AMD family
 /// 0x17) issue them on one pipe; Zen 3 sustains two `vcvtdq2ps ymm` per
 /// cycle (measured on an EPYC Zen 3), as do other current cores.
-fn convert_units() -> u32 {
-    if amd_family() == Some(0x17) {
+fn convert_units(amd_family: Option<u32>) -> u32 {
+    if amd_family == Some(0x17) {
         1
     } else {
         2
@@ -435,9 +428,9 @@ fn convert_units() -> u32 {
 
 /// Vector pipes beside the two FMA pipes: Zen's FP2 and FP3 (four FP pipes
 /// in all); on other cores the figure kgen has always used.
-fn vector_alu_units(arch: Arch) -> u32 {
+fn vector_alu_units(arch: Arch, amd_family: Option<u32>) -> u32 {
     match arch {
-        Arch::X86_64 if amd_family().is_some_and(|f| f >= 0x17) => 2,
+        Arch::X86_64 if amd_family.is_some_and(|f| f >= 0x17) => 2,
         Arch::X86_64 => 3,
         Arch::Aarch64 => 2,
     }
