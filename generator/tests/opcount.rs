@@ -350,6 +350,21 @@ fn counts_a_block_loop_written_in_asm() {
     assert!(count_kernel(&file, &site(KPerIter::Advance("xq"))).is_err());
 }
 
+/// The row was counted, and every primitive of its kernel mapped to known
+/// instructions.
+fn assert_classified(r: &opcount::Row) {
+    let k = r
+        .result
+        .as_ref()
+        .unwrap_or_else(|e| panic!("{}: {e}", r.kernel));
+    assert!(
+        k.unclassified.is_empty(),
+        "{}: {:?}",
+        r.kernel,
+        k.unclassified
+    );
+}
+
 fn f32_plans(t: &target::TargetDesc, isas: IsaChoice) -> Vec<kgen::planner::Plan> {
     let mut req = Request::new(4, Group::Size(32), vec![Op::Gemv, Op::Gemm { m: 8 }]);
     req.isas = isas;
@@ -366,16 +381,7 @@ fn neoverse_v1_int8_q4_gemv_is_below_the_papers_reference() {
         .collect();
     assert!(simd.iter().any(|r| !r.gemm) && simd.iter().any(|r| r.gemm));
     for r in &simd {
-        let k = r
-            .result
-            .as_ref()
-            .unwrap_or_else(|e| panic!("{}: {e}", r.kernel));
-        assert!(
-            k.unclassified.is_empty(),
-            "{}: {:?}",
-            r.kernel,
-            k.unclassified
-        );
+        assert_classified(r);
         let rate = r.rate().unwrap();
         assert!(
             rate.ops > 0.0 && rate.loads > 0.0 && rate.dot > 0.0,
@@ -438,16 +444,7 @@ fn every_shipped_template_is_classified() {
             rows.extend(opcount::int8_rows(&t, bits, 8, (4096, 4096)).unwrap());
         }
         for r in rows.iter().filter(|r| !r.kernel.ends_with("__portable")) {
-            let k = r
-                .result
-                .as_ref()
-                .unwrap_or_else(|e| panic!("{}: {e}", r.kernel));
-            assert!(
-                k.unclassified.is_empty(),
-                "{}: {:?}",
-                r.kernel,
-                k.unclassified
-            );
+            assert_classified(r);
         }
     }
 }

@@ -149,6 +149,16 @@ fn infeasible_requests_are_refused_with_reasons() {
     assert!(e.to_string().contains("vector registers"), "{e}");
 }
 
+/// The shipped Zen 3 target and its AVX2 ISA.
+fn zen3_avx2() -> (target::TargetDesc, Isa) {
+    let t = target::load("zen3").unwrap();
+    let isa = Isa::for_target(&t)
+        .into_iter()
+        .find(|i| i.name == "avx2")
+        .unwrap();
+    (t, isa)
+}
+
 /// The model's ranking on Zen 3 (AVX2, 16 registers, four FP pipes, two
 /// converts per cycle) against what `kgen tune` measured on an EPYC Zen 3
 /// for 4096x4096 q4g32 (1 thread): the GEMV winner was m_u=2 t_u=2 in three
@@ -156,11 +166,7 @@ fn infeasible_requests_are_refused_with_reasons() {
 /// measured 1.05 to 1.10x slower), and the m=32 GEMM winner m_r=4 t_u=2.
 #[test]
 fn zen3_q4g32_tiles_follow_the_measured_winners() {
-    let t = target::load("zen3").unwrap();
-    let isa = Isa::for_target(&t)
-        .into_iter()
-        .find(|i| i.name == "avx2")
-        .unwrap();
+    let (t, isa) = zen3_avx2();
     let tile = |op| {
         let spec = KernelSpec::new(op, 4, Group::Size(32)).unwrap();
         plan(&spec, &isa, &t, &PlanOptions::default()).unwrap().tile
@@ -179,11 +185,7 @@ fn unpack_masks_count_against_the_register_file() {
     assert_eq!(unpack_masks(4), 7);
     assert_eq!(unpack_masks(8), 3);
     assert_eq!(unpack_masks(2), 15);
-    let t = target::load("zen3").unwrap();
-    let isa = Isa::for_target(&t)
-        .into_iter()
-        .find(|i| i.name == "avx2")
-        .unwrap();
+    let (_, isa) = zen3_avx2();
     let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
     let regs = |m_u, t_u| RegisterUse::of(&spec, &isa, MicroTile { m_u, t_u, m_r: 1 });
     assert_eq!(regs(2, 2).spilled_masks(), 0);
@@ -196,12 +198,8 @@ fn unpack_masks_count_against_the_register_file() {
 /// a memory-bound q4g32 plan gets 4 of every 6 bytes as weights.
 #[test]
 fn predicted_bandwidth_counts_packed_weights() {
-    let mut t = target::load("zen3").unwrap();
+    let (mut t, isa) = zen3_avx2();
     t.memory.bandwidth_per_core_gbs = 1.0;
-    let isa = Isa::for_target(&t)
-        .into_iter()
-        .find(|i| i.name == "avx2")
-        .unwrap();
     let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
     let p = plan(&spec, &isa, &t, &PlanOptions::default()).unwrap();
     assert!(

@@ -13,6 +13,8 @@
 //! Needs `python3`; if `gguf` or `numpy` are missing the tests try
 //! `pip install --quiet gguf numpy` once and fail loudly otherwise.
 
+mod common;
+
 use kgen::ggml::{GgmlMatrix, GgmlType};
 use kgen_runtime::gguf::{GgufFile, MetaArray, MetaValue};
 use std::collections::HashMap;
@@ -147,20 +149,6 @@ fn manifest() -> Vec<Entry> {
         .collect();
     assert!(v.len() >= 30, "manifest has {} entries", v.len());
     v
-}
-
-/// Whether the build has int8 kernels for IQ4_NL (the default one does; a
-/// build with `KGEN_SPECS` set may not).
-fn iq4_nl_kernels() -> bool {
-    let here = kgen_runtime::Registry::builtin()
-        .all_i8()
-        .iter()
-        .any(|e| e.format == "iq4_nl");
-    assert!(
-        here || option_env!("KGEN_SPECS").is_some(),
-        "the default build has no iq4_nl kernel"
-    );
-    here
 }
 
 fn files() -> HashMap<String, GgufFile> {
@@ -844,7 +832,7 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
     for e in manifest().into_iter().filter(|e| {
         e.matmul
             && (matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0)
-                || (e.dtype == GgmlType::Iq4Nl && iq4_nl_kernels()))
+                || (e.dtype == GgmlType::Iq4Nl && common::i8_format_built("iq4_nl")))
     }) {
         let qm = kgen_runtime::Int8Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
@@ -938,7 +926,7 @@ fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
             }
         }
         assert_bits_eq(name, &m.dequantize(), &theirs, n);
-        if !iq4_nl_kernels() {
+        if !common::i8_format_built("iq4_nl") {
             continue;
         }
         let qm = kgen_runtime::Int8Matrix::from_gguf(&gguf_path, name).unwrap();
@@ -969,7 +957,7 @@ fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
         }
     }
     assert!(
-        checked > 100 || !iq4_nl_kernels(),
+        checked > 100 || !common::i8_format_built("iq4_nl"),
         "only {checked} outputs checked"
     );
 }

@@ -10,17 +10,9 @@ use kgen::ggml::GgmlMatrix;
 use kgen::int8_layout::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 
-/// Whether the build has kernels for `format`: the default one has every
-/// format; a build with `KGEN_SPECS` set may leave some out.
+/// [`common::i8_format_built`], saying so when a test skips.
 fn built(format: &str) -> bool {
-    let here = Registry::builtin()
-        .all_i8()
-        .iter()
-        .any(|e| e.format == format);
-    assert!(
-        here || option_env!("KGEN_SPECS").is_some(),
-        "the default build has no {format} kernel"
-    );
+    let here = common::i8_format_built(format);
     if !here {
         eprintln!("KGEN_SPECS has no {format}: skipped");
     }

@@ -117,3 +117,18 @@ pub fn sve_vector_bits() -> Option<u64> {
     }
     Some(bytes * 8)
 }
+
+/// Whether the build has int8 kernels for `format` (`q4_0`, `q8_0`,
+/// `iq4_nl`): the default build has every format (asserted); a build with
+/// `KGEN_SPECS` set may leave some out, and the caller then skips.
+pub fn i8_format_built(format: &str) -> bool {
+    let here = kgen_runtime::Registry::builtin()
+        .all_i8()
+        .iter()
+        .any(|e| e.format == format);
+    assert!(
+        here || option_env!("KGEN_SPECS").is_some(),
+        "the default build has no {format} kernel"
+    );
+    here
+}
