@@ -7,7 +7,8 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kgen::format::{GptqMatrix, Rng};
+use kgen::format::gptq::GptqMatrix;
+use kgen::format::rng::Rng;
 use kgen_benches::{paired_medians, read_bandwidth_gbs};
 use kgen_runtime::{Group, Pool, QuantMatrix, Registry};
 use std::hint::black_box;

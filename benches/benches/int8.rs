@@ -9,8 +9,8 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kgen::format::Rng;
-use kgen::int8_layout::quantize_symmetric;
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
 use kgen_benches::{median_secs, paired_medians};
 use kgen_runtime::{Int8Matrix, Pool};
 use std::hint::black_box;

@@ -15,11 +15,16 @@
 //! target files: nothing is timed, nothing is fetched. Files are rewritten only
 //! when their content changes.
 
+use crate::family::f32::isa::Isa;
+use crate::family::plan::TileSource;
 use crate::generate::{plans_for, Error, Request};
-use crate::isa::Isa;
-use crate::planner::TileSource;
+use crate::registry::detector;
+use crate::registry::detector_i8;
+use crate::registry::entry;
+use crate::registry::entry_i8;
+use crate::registry::rust_ident;
 use crate::spec::{Group, Op};
-use crate::target::{self, Arch, TargetDesc};
+use crate::target::{self, Arch};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use std::path::{Path, PathBuf};
@@ -270,7 +275,7 @@ impl Config {
         // Profiles are keyed by the machine they were measured on: the build
         // host, when it builds for its own architecture.
         let host = (!profiles.is_empty())
-            .then(crate::native::detect)
+            .then(crate::target::native::detect)
             .filter(|h| h.arch == arch);
         let mut warnings = Vec::new();
         // Each (family, ISA) comes from the first target that provides it;
@@ -281,7 +286,7 @@ impl Config {
             .int8
             .iter()
             .map(|tag| {
-                crate::int8::I8Spec::from_tag(Op::Gemv, tag).ok_or_else(|| {
+                crate::family::int8::spec::I8Spec::from_tag(Op::Gemv, tag).ok_or_else(|| {
                     Error::Usage(format!(
                         "unknown int8 format `{tag}` (one of {})",
                         INT8_FORMATS.join(", ")
@@ -324,7 +329,7 @@ impl Config {
                     "kgen --target {} --bits {bits} --group {group} --m {}",
                     t.name, self.gemm_m
                 );
-                let emitted = crate::emit::emit_file(&t, &plans, &command)?;
+                let emitted = crate::family::f32::emit::emit_file(&t, &plans, &command)?;
                 crate::emit::write_if_changed(&dir.join(&file_name), &emitted.text)?;
                 files.extend(quote! { include!(#file_name); });
                 for plan in &plans {
@@ -341,7 +346,7 @@ impl Config {
                     ));
                 }
             }
-            let i8_isas = crate::int8::I8Isa::for_target(&t);
+            let i8_isas = crate::family::int8::isa::I8Isa::for_target(&t);
             for spec in &int8_specs {
                 // The target's best ISA for the format: one without kernels
                 // for it (sve256 and codebook formats, see
@@ -354,11 +359,15 @@ impl Config {
                     continue;
                 }
                 let spec = *spec;
-                let gemv = crate::int8::plan(&spec, &isa, &t, (4096, 4096))?;
-                let gemm = crate::int8::plan_gemm_sharing(&gemv, self.gemm_m, &t);
+                let gemv = crate::family::int8::model::plan(&spec, &isa, &t, (4096, 4096))?;
+                let gemm = crate::family::int8::model::plan_gemm_sharing(&gemv, self.gemm_m, &t);
                 let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
                 let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
-                let text = crate::int8::emit_file(&t, &[gemv.clone(), gemm.clone()], &command)?;
+                let text = crate::family::int8::emit::emit_file(
+                    &t,
+                    &[gemv.clone(), gemm.clone()],
+                    &command,
+                )?;
                 crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
                 files.extend(quote! { include!(#file_name); });
                 let detect = format_ident!("detect_i8_{}", isa.name);
@@ -435,152 +444,6 @@ pub struct Generated {
     pub inputs: Vec<PathBuf>,
     /// How tuning profiles were applied or why not.
     pub warnings: Vec<String>,
-}
-
-fn rust_ident(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if s.starts_with(|c: char| c.is_ascii_digit()) {
-        format!("t_{s}")
-    } else {
-        s
-    }
-}
-
-pub(crate) fn detector(isa: &Isa, name: &syn::Ident) -> TokenStream {
-    detector_for(isa.arch, &isa.feature_names(), name)
-}
-
-/// A run-time detection function for `features` on `arch` (always true for
-/// the portable ISA).
-pub(crate) fn detector_for(
-    arch: Option<Arch>,
-    features: &[&str],
-    name: &syn::Ident,
-) -> TokenStream {
-    match arch {
-        None => quote! { fn #name() -> bool { true } },
-        Some(Arch::X86_64) => quote! {
-            #[cfg(target_arch = "x86_64")]
-            fn #name() -> bool { #(::std::arch::is_x86_feature_detected!(#features))&&* }
-        },
-        Some(Arch::Aarch64) => quote! {
-            #[cfg(target_arch = "aarch64")]
-            fn #name() -> bool { #(::std::arch::is_aarch64_feature_detected!(#features))&&* }
-        },
-    }
-}
-
-/// The run-time check of an int8 ISA: its features and, for SVE kernels
-/// written for one vector length, that length (read with `rdvl` only once
-/// SVE is known to be there).
-pub(crate) fn detector_i8(isa: &crate::int8::I8Isa, name: &syn::Ident) -> TokenStream {
-    let Some(bits) = isa.sve_bits else {
-        return detector_for(isa.arch, isa.features, name);
-    };
-    let features = isa.features;
-    let bytes = proc_macro2::Literal::u64_unsuffixed(u64::from(bits / 8));
-    quote! {
-        #[cfg(target_arch = "aarch64")]
-        fn #name() -> bool {
-            #(::std::arch::is_aarch64_feature_detected!(#features))&&* && {
-                let bytes: u64;
-                // SAFETY: SVE is present (checked above), so RDVL exists; it
-                // only writes the vector length in bytes to a register.
-                unsafe {
-                    ::std::arch::asm!(
-                        ".arch_extension sve",
-                        "rdvl {b}, #1",
-                        b = out(reg) bytes,
-                        options(pure, nomem, nostack, preserves_flags),
-                    );
-                }
-                bytes == #bytes
-            }
-        }
-    }
-}
-
-pub(crate) fn entry(
-    rt: &str,
-    t: &TargetDesc,
-    module: &syn::Ident,
-    plan: &crate::planner::Plan,
-    arch: Option<Arch>,
-    detect: &syn::Ident,
-) -> TokenStream {
-    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
-    let k = format_ident!("{}", plan.kernel_name());
-    let target_name = &t.name;
-    let gemm = matches!(plan.spec.op, Op::Gemm { .. });
-    let cfg = crate::emit::arch_cfg(arch);
-    quote! {
-        #cfg
-        {
-            use #module::#k as k;
-            v.push(#rt::KernelEntry {
-                name: k::NAME,
-                isa: k::ISA,
-                target: #target_name,
-                features: k::FEATURES,
-                bits: k::BITS,
-                group: k::GROUP,
-                lanes: k::LANES,
-                m_u: k::M_U,
-                t_u: k::T_U,
-                m_r: k::M_R,
-                m_b: k::M_B,
-                t_b: k::T_B,
-                zcurve: k::ZCURVE,
-                x_scale: k::X_SCALE,
-                gemm: #gemm,
-                detect: #detect,
-                run: k::run,
-            });
-        }
-    }
-}
-
-fn entry_i8(
-    rt: &str,
-    t: &TargetDesc,
-    module: &syn::Ident,
-    p: &crate::int8::I8Plan,
-    detect: &syn::Ident,
-) -> TokenStream {
-    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
-    let k = format_ident!("{}", p.kernel_name());
-    let target_name = &t.name;
-    let gemm = matches!(p.spec.op, Op::Gemm { .. });
-    let format = p.spec.format_tag();
-    let cfg = crate::emit::arch_cfg(crate::int8::I8Isa::by_name(p.isa).and_then(|i| i.arch));
-    quote! {
-        #cfg
-        {
-            use #module::#k as k;
-            v.push(#rt::I8KernelEntry {
-                name: k::NAME,
-                isa: k::ISA,
-                target: #target_name,
-                features: k::FEATURES,
-                format: #format,
-                bits: k::BITS,
-                lanes: k::LANES,
-                t_u: k::T_U,
-                m_r: k::M_R,
-                m_b: k::M_B,
-                t_b: k::T_B,
-                group_bytes: k::GROUP_BYTES,
-                signed: k::SIGNED,
-                row_pairs: k::ROW_PAIRS,
-                gemm: #gemm,
-                detect: #detect,
-                run: k::run,
-            });
-        }
-    }
 }
 
 #[cfg(test)]

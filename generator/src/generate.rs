@@ -1,8 +1,11 @@
 //! One call from a request to a source file: what the CLI and build scripts use.
 
-use crate::emit::{self, EmitError, Emitted};
-use crate::isa::Isa;
-use crate::planner::{self, Plan, PlanError, PlanOptions};
+use crate::emit::EmitError;
+use crate::family::f32::emit::Emitted;
+use crate::family::f32::isa::Isa;
+use crate::family::f32::planner;
+use crate::family::f32::planner::{Plan, PlanOptions};
+use crate::family::plan::PlanError;
 use crate::spec::{Group, KernelSpec, Op, SpecError};
 use crate::target::{TargetDesc, TargetError};
 use std::fmt;
@@ -111,7 +114,10 @@ pub fn select_isas(target: &TargetDesc, choice: &IsaChoice) -> Result<Vec<Isa>, 
             let mut out = Vec::new();
             for n in names {
                 let isa = Isa::by_name(n).ok_or_else(|| {
-                    let known: Vec<_> = crate::isa::F32_FAMILY.iter().map(|i| i.name).collect();
+                    let known: Vec<_> = crate::family::f32::isa::F32_FAMILY
+                        .iter()
+                        .map(|i| i.name)
+                        .collect();
                     Error::Usage(format!("unknown ISA `{n}`; known: {}", known.join(", ")))
                 })?;
                 if !isa.runs_on(target) {
@@ -148,7 +154,7 @@ pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error>
                 options.block = None;
             } else if !req.profiles.is_empty() {
                 let machine = req.profile_machine.as_ref().unwrap_or(target);
-                notes = crate::tune::apply_profile(
+                notes = crate::profile::apply_profile(
                     &req.profiles,
                     machine,
                     &isa,
@@ -171,5 +177,7 @@ pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error>
 /// Plans and emits the request's kernels as one source file.
 pub fn generate(target: &TargetDesc, req: &Request, command: &str) -> Result<Emitted, Error> {
     let plans = plans_for(target, req)?;
-    Ok(emit::emit_file(target, &plans, command)?)
+    Ok(crate::family::f32::emit::emit_file(
+        target, &plans, command,
+    )?)
 }

@@ -1,16 +1,19 @@
 //! kgen: a code-generating kernel compiler for quantized LLM inference on CPUs.
 //!
-//! The pipeline (see `../shared/DESIGN.md` in the project):
-//! [`target`] descriptions and a [`spec::KernelSpec`] go into the
-//! [`planner`], which solves for the block and micro-tile sizes under the
-//! [`model`]; [`emit`] unrolls the per-ISA templates ([`isa`]) into a Rust
-//! source file. [`format`] and [`layout`] describe the weights the generated
-//! kernels read and hold the scalar reference they are checked against; they
-//! are the only modules built without the `codegen` feature, for the runtime.
+//! The pipeline (see `ARCHITECTURE.md` and `../shared/DESIGN.md`):
+//! [`target`] descriptions and a weight [`format`] go into a kernel
+//! [`family`] (f32 or int8), whose model and planner choose the block and
+//! micro-tile sizes; the family's emitter unrolls the per-ISA templates into
+//! Rust source with the helpers in [`emit`]; [`registry`] writes the
+//! dispatch table a build includes; [`build`] is the build-script API,
+//! [`profile`] and [`tune`] the measured alternative to the model, and
+//! [`explain`] the operation counts behind `kgen plan --explain`.
+//!
+//! [`format`], [`layout`] and [`spec`] describe the weights the kernels read
+//! and hold the scalar references they are checked against; they are the
+//! only modules built without the `codegen` feature, for the runtime.
 
 pub mod format;
-pub mod ggml;
-pub mod int8_layout;
 pub mod layout;
 pub mod spec;
 
@@ -19,23 +22,13 @@ pub mod build;
 #[cfg(feature = "codegen")]
 pub mod emit;
 #[cfg(feature = "codegen")]
-pub mod int8;
+pub mod explain;
 #[cfg(feature = "codegen")]
-pub mod int8_mmla;
-#[cfg(feature = "codegen")]
-pub mod int8_sve;
-#[cfg(feature = "codegen")]
-pub mod isa;
-#[cfg(feature = "codegen")]
-pub mod model;
-#[cfg(feature = "codegen")]
-pub mod native;
-#[cfg(feature = "codegen")]
-pub mod opcount;
-#[cfg(feature = "codegen")]
-pub mod planner;
+pub mod family;
 #[cfg(feature = "codegen")]
 pub mod profile;
+#[cfg(feature = "codegen")]
+pub mod registry;
 #[cfg(feature = "codegen")]
 pub mod target;
 #[cfg(feature = "codegen")]

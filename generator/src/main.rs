@@ -4,9 +4,10 @@
 //! `kgen plan` explains the plan; `kgen targets` lists the CPUs kgen knows.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use kgen::isa::Isa;
-use kgen::model::MicroTile;
-use kgen::planner::{BlockOrder, Plan, PlanOptions};
+use kgen::family::f32::isa::Isa;
+use kgen::family::f32::model::MicroTile;
+use kgen::family::f32::planner::{Plan, PlanOptions};
+use kgen::family::plan::BlockOrder;
 use kgen::spec::{Group, Op};
 use kgen::{target, Error, IsaChoice, Request};
 use std::path::PathBuf;
@@ -258,7 +259,7 @@ fn gen_int8(
     args: &GenArgs,
     format: Int8Format,
 ) -> Result<String, Error> {
-    use kgen::int8::{self, I8Isa, I8Spec};
+    use kgen::family::int8::{isa::I8Isa, model as int8, spec::I8Spec};
     let spec = match format {
         Int8Format::Q4_0 => I8Spec::new(Op::Gemv, 4)?,
         Int8Format::Q8_0 => I8Spec::new(Op::Gemv, 8)?,
@@ -303,7 +304,11 @@ fn gen_int8(
             OpsArg::Both => plans.extend([gemv, gemm]),
         }
     }
-    Ok(int8::emit_file(target, &plans, &command_line())?)
+    Ok(kgen::family::int8::emit::emit_file(
+        target,
+        &plans,
+        &command_line(),
+    )?)
 }
 
 fn gen(args: &GenArgs) -> Result<(), Error> {
@@ -334,7 +339,7 @@ fn gen(args: &GenArgs) -> Result<(), Error> {
     let req = request(&args.spec, ops)?;
     let plans = kgen::plans_for(&target, &req)?;
     print_notes(&plans);
-    let out = kgen::emit::emit_file(&target, &plans, &command_line())?;
+    let out = kgen::family::f32::emit::emit_file(&target, &plans, &command_line())?;
     match &args.output {
         Some(path) => {
             let changed = kgen::emit::write_if_changed(path, &out.text)?;
@@ -399,7 +404,7 @@ fn print_plan(p: &Plan, explain: bool) {
     );
     println!(
         "  unpack: {} vector ALU ops per {}-value unit per column vector (shift/and/convert)",
-        kgen::model::unpack_alu_ops(p.spec.bits),
+        kgen::family::f32::model::unpack_alu_ops(p.spec.bits),
         p.spec.values_per_unit()
     );
     if explain {
@@ -446,8 +451,13 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
             let m = args.m.unwrap_or(8);
             let req = request(&args.spec, vec![Op::Gemv, Op::Gemm { m }])?;
             let f32_plans = kgen::plans_for(&target, &req)?;
-            let counts =
-                kgen::opcount::explain(&target, &f32_plans, args.spec.bits, m, args.spec.shape)?;
+            let counts = kgen::explain::opcount::explain(
+                &target,
+                &f32_plans,
+                args.spec.bits,
+                m,
+                args.spec.shape,
+            )?;
             print!("{counts}");
         }
     }
@@ -476,13 +486,13 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
     let target = target::load(&args.target)?;
     if args.print {
         let group = Group::parse(&args.group)?;
-        let op = kgen::tune::op_of(matches!(args.op, OpArg::Gemm), args.m);
+        let op = kgen::profile::op_of(matches!(args.op, OpArg::Gemm), args.m);
         let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
         let isa = Isa::for_target(&target)
             .into_iter()
             .next()
             .expect("portable always runs");
-        let key = kgen::tune::key_for(&target, &isa, &spec, args.threads.max(1));
+        let key = kgen::profile::key_for(&target, &isa, &spec, args.threads.max(1));
         let found = kgen::profile::lookup(&kgen::profile::files_in(&args.profile_dir), &key);
         for w in &found.warnings {
             eprintln!("kgen tune: warning: {w}");
@@ -512,7 +522,7 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
         );
     }
     let group = Group::parse(&args.group)?;
-    let op = kgen::tune::op_of(matches!(args.op, OpArg::Gemm), args.m);
+    let op = kgen::profile::op_of(matches!(args.op, OpArg::Gemm), args.m);
     let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
     let req = kgen::tune::TuneRequest {
         spec,

@@ -9,8 +9,12 @@
 //! nearly matched is reported with the field that differs, so a stale
 //! profile never applies silently.
 
-use crate::model::MicroTile;
+use crate::family::f32::isa::Isa;
+use crate::family::f32::model::MicroTile;
+use crate::family::f32::planner::PlanOptions;
+use crate::spec::KernelSpec;
 use crate::spec::{Group, Op};
+use crate::target::desc::TargetDesc;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -287,6 +291,73 @@ pub fn lookup(files: &[PathBuf], key: &ProfileKey) -> Lookup {
     Lookup {
         found: family,
         warnings,
+    }
+}
+
+/// The profile key for a spec tuned on `target` with `isa`.
+pub fn key_for(target: &TargetDesc, isa: &Isa, spec: &KernelSpec, threads: usize) -> ProfileKey {
+    let mut isa_set: Vec<String> = target
+        .features
+        .iter()
+        .map(|f| crate::family::f32::isa::feature_name(*f).to_string())
+        .collect();
+    isa_set.sort();
+    let (op, m) = ProfileKey::op_of(spec.op);
+    ProfileKey {
+        cpu_model: target.description.clone(),
+        arch: target.arch.cfg_name().to_string(),
+        isa_set,
+        vector_bits: target.vector_bits,
+        isa: isa.name.to_string(),
+        bits: spec.bits,
+        group: ProfileKey::group_of(spec.group),
+        op,
+        m,
+        threads,
+        kgen_version: crate::VERSION.to_string(),
+    }
+}
+
+/// Applies a profile to plan options if one matches `spec` on `isa` for
+/// `target`; returns what happened, for headers and messages.
+pub fn apply_profile(
+    files: &[PathBuf],
+    target: &TargetDesc,
+    isa: &Isa,
+    spec: &KernelSpec,
+    threads: usize,
+    opts: &mut PlanOptions,
+) -> Vec<String> {
+    let key = key_for(target, isa, spec, threads);
+    let found = lookup(files, &key);
+    let mut notes = found.warnings;
+    match found.found {
+        Some(f) => {
+            if let Some(w) = f.entry.winner() {
+                opts.tile = Some(w.tile());
+                opts.block = Some((w.m_b, w.t_b));
+                let mut src = f.path.display().to_string();
+                if let Some(why) = &f.family {
+                    src.push_str(&format!(" ({why})"));
+                    notes.push(format!("using {}: {why}", f.path.display()));
+                }
+                opts.tile_source = Some(crate::family::plan::TileSource::Profile(src));
+            }
+        }
+        None => notes.push(format!(
+            "no tuning profile for {} {} on `{}`; using the performance model",
+            isa.name, spec, target.description
+        )),
+    }
+    notes
+}
+
+/// The op a `--op`/`--m` pair names.
+pub fn op_of(gemm: bool, m: usize) -> Op {
+    if gemm {
+        Op::Gemm { m }
+    } else {
+        Op::Gemv
     }
 }
 

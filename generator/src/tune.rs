@@ -14,13 +14,15 @@
 //! 4. **Profile**: the results, keyed by machine and spec, are written to
 //!    `profiles/<machine>.toml`; the planner and build scripts read them.
 
-use crate::build::{detector, entry};
+use crate::family::f32::isa::Isa;
+use crate::family::f32::planner;
+use crate::family::f32::planner::{Plan, PlanOptions};
 use crate::generate::Error;
-use crate::isa::Isa;
-use crate::layout::Layout;
-use crate::planner::{self, Plan, PlanOptions};
-use crate::profile::{self, Measured, Profile, ProfileEntry, ProfileKey};
-use crate::spec::{KernelSpec, Op};
+use crate::layout::f32::Layout;
+use crate::profile::key_for;
+use crate::profile::{self, Measured, Profile, ProfileEntry};
+use crate::registry::{detector, entry};
+use crate::spec::KernelSpec;
 use crate::target::TargetDesc;
 use indicatif::{ProgressBar, ProgressStyle};
 use proc_macro2::TokenStream;
@@ -52,30 +54,6 @@ pub struct TuneOutcome {
     pub path: PathBuf,
     /// True when an existing profile entry answered (no measurement).
     pub cache_hit: bool,
-}
-
-/// The profile key for a spec tuned on `target` with `isa`.
-pub fn key_for(target: &TargetDesc, isa: &Isa, spec: &KernelSpec, threads: usize) -> ProfileKey {
-    let mut isa_set: Vec<String> = target
-        .features
-        .iter()
-        .map(|f| crate::isa::feature_name(*f).to_string())
-        .collect();
-    isa_set.sort();
-    let (op, m) = ProfileKey::op_of(spec.op);
-    ProfileKey {
-        cpu_model: target.description.clone(),
-        arch: target.arch.cfg_name().to_string(),
-        isa_set,
-        vector_bits: target.vector_bits,
-        isa: isa.name.to_string(),
-        bits: spec.bits,
-        group: ProfileKey::group_of(spec.group),
-        op,
-        m,
-        threads,
-        kgen_version: crate::VERSION.to_string(),
-    }
 }
 
 /// File name for a machine's profile: its CPU model, made path-safe.
@@ -142,9 +120,9 @@ pub fn candidates(
         let tw = pick.lanes * pick.tile.t_u;
         let (m_b, t_b) = (pick.block.m_b, pick.block.t_b);
         let variants = [
-            (crate::layout::round_up(m_b / 2, granule), t_b),
+            (crate::layout::align::round_up(m_b / 2, granule), t_b),
             (m_b * 2, t_b),
-            (m_b, crate::layout::round_up(t_b / 2, tw)),
+            (m_b, crate::layout::align::round_up(t_b / 2, tw)),
             (m_b, t_b * 2),
             (granule, tw),
         ];
@@ -197,8 +175,11 @@ fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), 
     let mut detectors = std::collections::BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
         let file = format!("c{i}.rs");
-        let emitted =
-            crate::emit::emit_file(target, std::slice::from_ref(plan), "kgen tune (candidate)")?;
+        let emitted = crate::family::f32::emit::emit_file(
+            target,
+            std::slice::from_ref(plan),
+            "kgen tune (candidate)",
+        )?;
         std::fs::write(dir.join("src").join(&file), emitted.text)?;
         let module = format_ident!("c{}", i);
         modules.extend(quote! { pub mod #module { include!(#file); } });
@@ -482,47 +463,4 @@ pub fn report(dir: &Path) -> Result<String, Error> {
         out = format!("no tuning profiles in {}\n", dir.display());
     }
     Ok(out)
-}
-
-/// Applies a profile to plan options if one matches `spec` on `isa` for
-/// `target`; returns what happened, for headers and messages.
-pub fn apply_profile(
-    files: &[PathBuf],
-    target: &TargetDesc,
-    isa: &Isa,
-    spec: &KernelSpec,
-    threads: usize,
-    opts: &mut PlanOptions,
-) -> Vec<String> {
-    let key = key_for(target, isa, spec, threads);
-    let found = profile::lookup(files, &key);
-    let mut notes = found.warnings;
-    match found.found {
-        Some(f) => {
-            if let Some(w) = f.entry.winner() {
-                opts.tile = Some(w.tile());
-                opts.block = Some((w.m_b, w.t_b));
-                let mut src = f.path.display().to_string();
-                if let Some(why) = &f.family {
-                    src.push_str(&format!(" ({why})"));
-                    notes.push(format!("using {}: {why}", f.path.display()));
-                }
-                opts.tile_source = Some(planner::TileSource::Profile(src));
-            }
-        }
-        None => notes.push(format!(
-            "no tuning profile for {} {} on `{}`; using the performance model",
-            isa.name, spec, target.description
-        )),
-    }
-    notes
-}
-
-/// The op a `--op`/`--m` pair names.
-pub fn op_of(gemm: bool, m: usize) -> Op {
-    if gemm {
-        Op::Gemm { m }
-    } else {
-        Op::Gemv
-    }
 }

@@ -1,7 +1,8 @@
 //! The op counter against hand-counted modules, then on the real emitters:
 //! the counts the `--explain` report prints come from these functions.
 
-use kgen::opcount::{self, count_kernel, Counts, KPerIter, Site};
+use kgen::explain::opcount;
+use kgen::explain::opcount::{count_kernel, Counts, KPerIter, Site};
 use kgen::spec::{Group, Op};
 use kgen::{target, IsaChoice, Request};
 use std::process::Command;
@@ -365,7 +366,7 @@ fn assert_classified(r: &opcount::Row) {
     );
 }
 
-fn f32_plans(t: &target::TargetDesc, isas: IsaChoice) -> Vec<kgen::planner::Plan> {
+fn f32_plans(t: &target::TargetDesc, isas: IsaChoice) -> Vec<kgen::family::f32::planner::Plan> {
     let mut req = Request::new(4, Group::Size(32), vec![Op::Gemv, Op::Gemm { m: 8 }]);
     req.isas = isas;
     kgen::plans_for(t, &req).unwrap()

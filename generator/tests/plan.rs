@@ -1,9 +1,9 @@
 //! The planner on every shipped target and every supported spec: eq. 4 and
 //! eq. 5 hold, the L1 budget is used, and the plan is deterministic.
 
-use kgen::isa::Isa;
-use kgen::model::{eq4_holds, eq5_lhs};
-use kgen::planner::{plan, PlanOptions};
+use kgen::family::f32::isa::Isa;
+use kgen::family::f32::model::{eq4_holds, eq5_lhs};
+use kgen::family::f32::planner::{plan, PlanOptions};
 use kgen::spec::{Group, KernelSpec, Op};
 use kgen::target;
 
@@ -56,7 +56,7 @@ fn every_target_plans_every_spec_within_eq4_and_eq5() {
                     "{}: eq. 5 with m_r rows violated",
                     p.kernel_name()
                 );
-                let granule = kgen::layout::Layout::k_granule(spec.bits, spec.group);
+                let granule = kgen::layout::f32::Layout::k_granule(spec.bits, spec.group);
                 assert_eq!(p.block.m_b % granule, 0, "m_b mod m_u, group");
                 assert_eq!(p.block.m_b % p.tile.m_u, 0);
                 assert_eq!(p.block.t_b % (p.tile.t_u * p.lanes), 0, "t_b mod t_u");
@@ -64,7 +64,7 @@ fn every_target_plans_every_spec_within_eq4_and_eq5() {
                     // Allowed only where every tile that would fill 90% of L1 is
                     // predicted at least 3% slower than the chosen one.
                     let filling = p.candidates.iter().find(|c| {
-                        kgen::planner::solve_l1(&spec, &isa, t, c.tile, p.shape)
+                        kgen::family::f32::planner::solve_l1(&spec, &isa, t, c.tile, p.shape)
                             .is_some_and(|b| b.utilization >= 0.9)
                     });
                     let traded = filling.is_none_or(|c| c.prediction.gbs < 0.97 * p.prediction.gbs);
@@ -138,7 +138,7 @@ fn infeasible_requests_are_refused_with_reasons() {
     assert!(e.to_string().contains("does not list"), "{e}");
     let avx2 = Isa::by_name("avx2").unwrap();
     let opts = PlanOptions {
-        tile: Some(kgen::model::MicroTile {
+        tile: Some(kgen::family::f32::model::MicroTile {
             m_u: 1,
             t_u: 12,
             m_r: 1,
@@ -181,7 +181,7 @@ fn zen3_q4g32_tiles_follow_the_measured_winners() {
 /// that leaves no register for some of them pays a reload per use.
 #[test]
 fn unpack_masks_count_against_the_register_file() {
-    use kgen::model::{unpack_masks, MicroTile, RegisterUse};
+    use kgen::family::f32::model::{unpack_masks, MicroTile, RegisterUse};
     assert_eq!(unpack_masks(4), 7);
     assert_eq!(unpack_masks(8), 3);
     assert_eq!(unpack_masks(2), 15);

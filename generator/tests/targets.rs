@@ -251,7 +251,7 @@ fn native_loads_and_validates() {
     assert_eq!(t.name, "native");
     t.validate().unwrap_or_else(|e| panic!("{e}"));
     assert!(!t.description.is_empty());
-    assert_eq!(t.description, kgen::native::cpu_model());
+    assert_eq!(t.description, kgen::target::native::cpu_model());
     #[cfg(target_arch = "x86_64")]
     assert_eq!(t.arch, Arch::X86_64);
     #[cfg(target_arch = "aarch64")]

@@ -60,7 +60,7 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
     );
     assert!(matches!(
         plans[0].source,
-        kgen::planner::TileSource::Profile(_)
+        kgen::family::plan::TileSource::Profile(_)
     ));
 
     let report = kgen::tune::report(dir.path()).unwrap();

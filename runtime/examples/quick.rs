@@ -1,4 +1,5 @@
-use kgen::format::{GptqMatrix, Rng};
+use kgen::format::gptq::GptqMatrix;
+use kgen::format::rng::Rng;
 use kgen_runtime::{Group, Pool, QuantMatrix, Registry};
 fn main() {
     let reg = Registry::builtin();

@@ -1,4 +1,4 @@
-use kgen::format::Rng;
+use kgen::format::rng::Rng;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 fn med(mut f: impl FnMut()) -> f64 {
     let mut t: Vec<f64> = (0..31)
@@ -15,13 +15,13 @@ fn main() {
     let reg = Registry::builtin();
     let (k, n) = (4096, 4096);
     let w = Rng::new(1).vec_f32(k * n);
-    let g = kgen::int8_layout::quantize_symmetric(&w, k, n, 4, 32);
+    let g = kgen::format::symmetric::quantize_symmetric(&w, k, n, 4, 32);
     let pool = Pool::new(1);
     let rp = med(|| {
         std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
     });
     println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
-    let lay = kgen::int8_layout::I8Layout::new(4, 8, 2, 864, 96, k, n);
+    let lay = kgen::layout::int8::I8Layout::new(4, 8, 2, 864, 96, k, n);
     for t in [1, 2] {
         let s = med(|| {
             std::hint::black_box(lay.repack_threads(&g, t));

@@ -26,8 +26,8 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-impl From<kgen::format::FormatError> for Error {
-    fn from(e: kgen::format::FormatError) -> Self {
+impl From<kgen::format::error::FormatError> for Error {
+    fn from(e: kgen::format::error::FormatError) -> Self {
         Error::Format(e.0)
     }
 }

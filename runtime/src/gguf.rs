@@ -14,7 +14,8 @@
 //! [`GgufFile::open`]; [`GgufFile::matrix`] converts 2-D F32 / F16 / Q4_0 /
 //! Q8_0 / IQ4_NL tensors to a [`GgmlMatrix`].
 
-use kgen::ggml::{self, GgmlMatrix, GgmlType};
+use kgen::format::ggml;
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -145,7 +146,7 @@ pub struct TensorInfo {
     pub name: String,
     /// `dims[0]` is the contiguous dimension.
     pub dims: Vec<u64>,
-    /// The ggml type id (see [`kgen::ggml::GGML_TYPES`]).
+    /// The ggml type id (see [`kgen::format::ggml::GGML_TYPES`]).
     pub type_id: u32,
     /// Offset of the data relative to the data section.
     pub offset: u64,

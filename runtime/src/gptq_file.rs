@@ -24,7 +24,7 @@
 //! sorts the rows by group (stable), re-packs `qweight` in that order and
 //! returns the permutation so the caller can permute activations the same way.
 
-use kgen::format::GptqMatrix;
+use kgen::format::gptq::GptqMatrix;
 use kgen::spec::Group;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
@@ -605,7 +605,7 @@ mod tests {
     #[test]
     fn k_not_a_multiple_of_32_is_padded() {
         // 4-bit, K = 48 -> 6 word rows in the file, 8 in GptqMatrix.
-        let m = kgen::format::random_gptq(48, 5, 4, Group::Size(16), 7);
+        let m = kgen::format::gptq::random_gptq(48, 5, 4, Group::Size(16), 7);
         let f = write(&m, None, None);
         let opts = GptqOptions {
             bits: 4,
@@ -618,7 +618,7 @@ mod tests {
 
     #[test]
     fn metadata_selects_v2_and_default_is_v1() {
-        let m = kgen::format::random_gptq(64, 40, 3, Group::Size(32), 9);
+        let m = kgen::format::gptq::random_gptq(64, 40, 3, Group::Size(32), 9);
         let meta = HashMap::from([("checkpoint_format".to_string(), "gptq_v2".to_string())]);
         let f = write(&m, None, Some(meta));
         assert_eq!(
@@ -640,7 +640,7 @@ mod tests {
     #[test]
     fn act_order_permutes_rows_stably() {
         let (k, n, g) = (64usize, 3usize, 16usize);
-        let m = kgen::format::random_gptq(k, n, 3, Group::Size(g), 11);
+        let m = kgen::format::gptq::random_gptq(k, n, 3, Group::Size(g), 11);
         // Groups assigned in a scrambled but balanced way.
         let g_idx: Vec<u32> = (0..k).map(|i| ((i * 5 + 3) % 4) as u32).collect();
         let f = write(&m, Some(&g_idx), None);
@@ -662,7 +662,7 @@ mod tests {
 
     #[test]
     fn trivial_g_idx_is_no_permutation() {
-        let m = kgen::format::random_gptq(64, 8, 2, Group::Size(32), 1);
+        let m = kgen::format::gptq::random_gptq(64, 8, 2, Group::Size(32), 1);
         let g_idx: Vec<u32> = (0..64).map(|i| i / 32).collect();
         let f = write(&m, Some(&g_idx), None);
         let opts = GptqOptions {
@@ -677,7 +677,7 @@ mod tests {
     #[test]
     fn unsupported_group_size_and_bits_are_errors() {
         // 48 rows in 2 groups: group size 24.
-        let m = kgen::format::random_gptq(48, 4, 4, Group::Size(24), 1);
+        let m = kgen::format::gptq::random_gptq(48, 4, 4, Group::Size(24), 1);
         let f = write(&m, None, None);
         let e = load_gptq(f.path(), "l", &GptqOptions::new(4)).unwrap_err();
         assert!(e.0.contains("group size 24"), "{e}");

@@ -7,10 +7,10 @@ use crate::error::Error;
 use crate::gguf::GgufFile;
 use crate::kernel::I8KernelEntry;
 use crate::pool::{self, Pool};
-use kgen::ggml::{GgmlMatrix, GgmlType, QK};
-use kgen::int8_layout::{
-    quantize_activations_as, quantize_symmetric, ActFormat, I8Layout, I8Packed,
-};
+use kgen::format::ggml::{GgmlMatrix, GgmlType, QK};
+use kgen::format::symmetric::quantize_symmetric;
+use kgen::layout::act::{quantize_activations_as, ActFormat};
+use kgen::layout::int8::{I8Layout, I8Packed};
 use std::path::Path;
 use std::time::Instant;
 

@@ -85,11 +85,11 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
             want.insert(usize::from(i8mm), "sve256");
         }
         assert_eq!(isas, want, "{format}");
-        let wf = kgen::format::Rng::new(1).vec_f32(64 * 8);
+        let wf = kgen::format::rng::Rng::new(1).vec_f32(64 * 8);
         let w = if format == "iq4_nl" {
-            kgen::ggml::GgmlMatrix::quantize_iq4_nl(&wf, 64, 8)
+            kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&wf, 64, 8)
         } else {
-            kgen::int8_layout::quantize_symmetric(&wf, 64, 8, bits, 32)
+            kgen::format::symmetric::quantize_symmetric(&wf, 64, 8, bits, 32)
         };
         let m = kgen_runtime::Int8Matrix::from_ggml(&w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);

@@ -12,8 +12,8 @@
 mod common;
 
 use common::sve_vector_bits;
-use kgen::format::Rng;
-use kgen::int8_layout::quantize_symmetric;
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 
 #[test]
@@ -67,7 +67,7 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
         );
         let best = Int8Matrix::from_ggml_isa(reg, &w, None).unwrap();
         if here {
-            // i8mm ranks above sve256 (see kgen::int8::I8_FAMILY).
+            // i8mm ranks above sve256 (see kgen::family::int8::isa::I8_FAMILY).
             let want = if i8mm { "i8mm" } else { "sve256" };
             assert_eq!(best.gemv_kernel().isa, want);
         } else {
@@ -93,7 +93,7 @@ fn iq4_nl_falls_back_from_sve256() {
         .all_i8()
         .iter()
         .any(|e| e.format == "iq4_nl" && e.isa == "sve256"));
-    let w = kgen::ggml::GgmlMatrix::quantize_iq4_nl(&Rng::new(3).vec_f32(96 * 40), 96, 40);
+    let w = kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&Rng::new(3).vec_f32(96 * 40), 96, 40);
     let e = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256")).unwrap_err();
     assert!(e.to_string().contains("no sve256 iq4_nl kernel"), "{e}");
     let best = Int8Matrix::from_ggml(&w).unwrap();

@@ -15,7 +15,7 @@
 
 mod common;
 
-use kgen::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen_runtime::gguf::{GgufFile, MetaArray, MetaValue};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -5,9 +5,9 @@
 mod common;
 
 use common::{check_i8 as check, I8_SHAPES as SHAPES, ROWS};
-use kgen::format::Rng;
-use kgen::ggml::GgmlMatrix;
-use kgen::int8_layout::quantize_symmetric;
+use kgen::format::ggml::GgmlMatrix;
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
 
 /// [`common::i8_format_built`], saying so when a test skips.
@@ -120,7 +120,7 @@ fn bad_inputs_are_errors() {
     assert!(Int8Matrix::from_f32(&[0.0; 9], 3, 3, 3, 32).is_err());
     assert!(Int8Matrix::from_f32(&[0.0; 9], 3, 3, 4, 48).is_err());
     assert!(Int8Matrix::from_f32(&[f32::NAN; 9], 3, 3, 4, 32).is_err());
-    let f = GgmlMatrix::quantize(&[0.0; 64], 32, 2, kgen::ggml::GgmlType::F32);
+    let f = GgmlMatrix::quantize(&[0.0; 64], 32, 2, kgen::format::ggml::GgmlType::F32);
     assert!(Int8Matrix::from_ggml(&f)
         .unwrap_err()
         .to_string()

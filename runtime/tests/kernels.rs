@@ -5,7 +5,8 @@
 mod common;
 
 use common::{check, group_of, ROWS, SHAPES};
-use kgen::format::{random_gptq, GptqMatrix, Rng};
+use kgen::format::gptq::{random_gptq, GptqMatrix};
+use kgen::format::rng::Rng;
 use kgen_runtime::pool::Pool;
 use kgen_runtime::{Group, QuantMatrix, Registry};
 use std::collections::BTreeSet;

@@ -18,8 +18,9 @@
 mod common;
 
 use common::{check, check_i8, group_of, I8_SHAPES, ROWS, SHAPES};
-use kgen::format::{random_gptq, Rng};
-use kgen::int8_layout::quantize_symmetric;
+use kgen::format::gptq::random_gptq;
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
 use kgen_runtime::{I8KernelEntry, Int8Matrix, KernelEntry, Pool, QuantMatrix, Registry};
 use std::collections::BTreeMap;
 
@@ -224,7 +225,7 @@ fn named_target_kernels_match_the_oracle() {
         for (si, &(k, n)) in I8_SHAPES.iter().enumerate() {
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
             let w = if gemv.format == "iq4_nl" {
-                kgen::ggml::GgmlMatrix::quantize_iq4_nl(&wf, k, n)
+                kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&wf, k, n)
             } else {
                 quantize_symmetric(&wf, k, n, gemv.bits, 32)
             };

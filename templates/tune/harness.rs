@@ -14,7 +14,8 @@ mod kernels {
     include!("kernels.rs");
 }
 
-use kgen::format::{random_gptq, GptqMatrix, Rng};
+use kgen::format::gptq::{random_gptq, GptqMatrix};
+use kgen::format::rng::Rng;
 use kgen_runtime::{Group, Pool, QuantMatrix};
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -10,7 +10,8 @@
 //!    checked the same way, so both generated formats run.
 
 use half::f16;
-use kgen::format::{GptqMatrix, Rng};
+use kgen::format::gptq::GptqMatrix;
+use kgen::format::rng::Rng;
 use kgen_runtime::{GptqOptions, Group, QuantMatrix, Registry};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -297,7 +298,7 @@ pub fn check_file_layer(registry: &Registry) -> Result<Check, BoxError> {
 
 /// The 3-bit whole-column check, from memory.
 pub fn check_in_memory(registry: &Registry) -> Result<Check, BoxError> {
-    let truth = kgen::format::random_gptq(MEM_K, MEM_N, 3, Group::Column, 3);
+    let truth = kgen::format::gptq::random_gptq(MEM_K, MEM_N, 3, Group::Column, 3);
     let qm = QuantMatrix::from_gptq_with(registry, &truth, None)?;
     check_matrix(
         format!("3-bit whole column, {MEM_K}x{MEM_N}, random matrix in memory"),

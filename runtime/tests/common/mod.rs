@@ -3,9 +3,9 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
-use kgen::format::GptqMatrix;
-use kgen::ggml::{GgmlMatrix, GgmlType};
-use kgen::int8_layout::{quantize_activations, reference_i8};
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::gptq::GptqMatrix;
+use kgen::layout::act::{quantize_activations, reference_i8};
 use kgen_runtime::Group;
 
 /// f32 family `(k, n)` pairs: k not a multiple of the group or block, n not a

@@ -1,5 +1,5 @@
 //! The performance model: what a micro tile costs on a target, kept apart from
-//! the search over tiles ([`crate::planner`]).
+//! the search over tiles ([`crate::family::f32::planner`]).
 //!
 //! Three parts:
 //! - **registers** (QIGen eq. 4, per ISA): accumulators + weight registers +
@@ -25,7 +25,7 @@
 //! Instruction counts come from [`unpack_steps`], the same description the
 //! emitter unrolls, so the model counts what the generated code executes.
 
-use crate::isa::Isa;
+use crate::family::f32::isa::Isa;
 use crate::spec::{Group, KernelSpec};
 use crate::target::TargetDesc;
 use serde::Serialize;
@@ -297,7 +297,8 @@ pub fn predict(
     let hz = core.ghz * 1e9;
     let compute_gbs = packed * hz / (cycles * passes) / 1e9;
     let memory_gbs = target.memory.bandwidth_per_core_gbs * packed / streamed;
-    let column_efficiency = n as f64 / crate::layout::round_up(n, isa.lanes * tile.t_u) as f64;
+    let column_efficiency =
+        n as f64 / crate::layout::align::round_up(n, isa.lanes * tile.t_u) as f64;
     let raw = compute_gbs.min(memory_gbs);
     let gbs = raw * column_efficiency;
     let weight_bytes = (k * n * bits) as f64 / 8.0;

@@ -32,15 +32,14 @@
 //! them up with a byte table lookup (`tbl` / `pshufb`), and takes a signed x
 //! signed dot product. There is no `+8` bias and no activation-sum correction.
 //!
-//! Loop levels match the f32 family ([`crate::layout`]): panels of `t_b`
+//! Loop levels match the f32 family ([`crate::layout::f32`]): panels of `t_b`
 //! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
 //! 32-value blocks, chunks, and the `t_u` column groups of a tile. The f16
 //! scales form a second stream in the same order, `L` per column group and
 //! block, so one vector op converts the scales of `L` columns.
 
-use crate::ggml::{GgmlMatrix, GgmlType, IQ4_NL_VALUES, QK};
-use crate::layout::{round_up, AlignedWords};
-use half::f16;
+use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
+use crate::layout::align::{round_up, AlignedWords};
 
 /// Geometry of one packed int8-family matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -347,7 +346,7 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
 
 /// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
 /// codebook indices for IQ4_NL, i8 bit patterns for Q8_0.
-fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
+pub(crate) fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
     let mut out = [0u8; QK];
     match dtype {
         GgmlType::Q4_0 | GgmlType::Iq4Nl => {
@@ -362,232 +361,15 @@ fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
     out
 }
 
-/// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
-/// levels, `m x blocks` scales, and `m x blocks` corrections
-/// `bias * sum(q)` (bias 8 for the unsigned 4-bit nibbles, 0 for 8-bit and
-/// IQ4_NL codebook weights).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct QuantizedActivations {
-    pub q: Vec<i8>,
-    pub d: Vec<f32>,
-    pub c: Vec<i32>,
-}
-
-/// How a kernel reads its activations.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ActFormat {
-    /// Weight bits: 4-bit unsigned-nibble kernels need the `8 sum(q)` bias.
-    pub bits: u32,
-    /// Rows interleaved in pairs for 2x2 matrix-multiply instructions: per
-    /// pair, block and 8 values, 8 bytes of the even row then 8 of the odd
-    /// one; scales as `[d0, d0, d1, d1]` per pair and block. An odd last
-    /// row is paired with zeros.
-    pub row_pairs: bool,
-    /// Factor on the stored scales (1/16 for signed-nibble weights).
-    pub scale: f32,
-    /// IQ4_NL codebook weights: signed after the lookup, so no bias.
-    pub codebook: bool,
-}
-
-impl ActFormat {
-    pub fn plain(bits: u32) -> ActFormat {
-        ActFormat {
-            bits,
-            row_pairs: false,
-            scale: 1.0,
-            codebook: false,
-        }
-    }
-
-    /// The bias the kernels remove per block: 8 for unsigned Q4_0 nibbles.
-    pub fn bias(&self) -> i32 {
-        if self.bits == 4 && !self.codebook {
-            8
-        } else {
-            0
-        }
-    }
-}
-
-/// Quantizes `m` rows of `x` (`m x k`) for a `bits`-bit weight kernel, with
-/// each row padded to `k_pad`.
-pub fn quantize_activations(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    k_pad: usize,
-    bits: u32,
-) -> QuantizedActivations {
-    quantize_activations_as(x, m, k, k_pad, ActFormat::plain(bits))
-}
-
-/// [`quantize_activations`] into the order and scaling `fmt` describes, so
-/// the reorder costs no extra pass.
-pub fn quantize_activations_as(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    k_pad: usize,
-    fmt: ActFormat,
-) -> QuantizedActivations {
-    let blocks = k_pad / QK;
-    let bias = fmt.bias();
-    let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
-    let d_per_row = if fmt.row_pairs { 2 } else { 1 };
-    let mut out = QuantizedActivations {
-        q: vec![0; rows * k_pad],
-        d: vec![0.0; rows * blocks * d_per_row],
-        c: vec![0; m * blocks],
-    };
-    let mut buf = [0f32; QK];
-    for r in 0..m {
-        for b in 0..blocks {
-            let lo = b * QK;
-            let hi = (lo + QK).min(k);
-            buf.fill(0.0);
-            if lo < k {
-                buf[..hi - lo].copy_from_slice(&x[r * k + lo..r * k + hi]);
-            }
-            let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            let (pair, odd) = (r / 2, r % 2);
-            for (i, v) in buf.iter().enumerate() {
-                let q = (v * id).round().clamp(-127.0, 127.0) as i8;
-                let at = if fmt.row_pairs {
-                    pair * 2 * k_pad + b * 2 * QK + (i / 8) * 16 + odd * 8 + i % 8
-                } else {
-                    r * k_pad + lo + i
-                };
-                out.q[at] = q;
-                sum += q as i32;
-            }
-            if fmt.row_pairs {
-                let at = (pair * blocks + b) * 4 + 2 * odd;
-                out.d[at..at + 2].fill(d * fmt.scale);
-            } else {
-                out.d[r * blocks + b] = d * fmt.scale;
-            }
-            out.c[r * blocks + b] = bias * sum;
-        }
-    }
-    out
-}
-
-/// The oracle for the int8 family: `y = x W` with the activations exactly as
-/// quantized in `xa` (`m` rows), integer dot products per block, scaled and
-/// summed in f64. Returns `m x n`.
-pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<f64> {
-    let k_pad = round_up(w.k, QK);
-    let blocks = w.k / QK;
-    let xb = k_pad / QK;
-    let mut y = vec![0f64; m * w.n];
-    for j in 0..w.n {
-        for b in 0..blocks {
-            let block = w.block(j, b);
-            let dw = f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f64();
-            let levels = block_levels(w.dtype, block);
-            for r in 0..m {
-                let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
-                let dot: i64 = levels
-                    .iter()
-                    .zip(xs)
-                    .map(|(&l, &x)| {
-                        let qw = match w.dtype {
-                            GgmlType::Q4_0 => l as i64 - 8,
-                            GgmlType::Iq4Nl => IQ4_NL_VALUES[l as usize] as i64,
-                            _ => l as i8 as i64,
-                        };
-                        qw * x as i64
-                    })
-                    .sum();
-                y[r * w.n + j] += dw * xa.d[r * xb + b] as f64 * dot as f64;
-            }
-        }
-    }
-    y
-}
-
-/// Quantizes f32 weights (`k x n` row-major, `y = x W`) to symmetric `bits`
-/// levels with one scale per `group` values along K (32: exactly GGUF Q4_0 /
-/// Q8_0; larger groups put the group's scale in each of its 32-blocks), K
-/// padded with zeros to a multiple of 32.
-pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize) -> GgmlMatrix {
-    assert!(bits == 4 || bits == 8);
-    assert!(group.is_multiple_of(QK) && group > 0);
-    assert_eq!(w.len(), k * n);
-    let k_pad = round_up(k.max(1), QK);
-    if group == QK {
-        // Exactly the reference quantizers, on K padded with zero rows.
-        let mut wp = w.to_vec();
-        wp.resize(k_pad * n, 0.0);
-        return if bits == 4 {
-            GgmlMatrix::quantize_q4_0(&wp, k_pad, n)
-        } else {
-            GgmlMatrix::quantize_q8_0(&wp, k_pad, n)
-        };
-    }
-    let mut wt = vec![0f32; n * k_pad];
-    for i in 0..k {
-        for j in 0..n {
-            wt[j * k_pad + i] = w[i * n + j];
-        }
-    }
-    let dtype = if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
-    };
-    let blocks = k_pad / QK;
-    let block_bytes = dtype.block_bytes();
-    let mut data = vec![0u8; n * blocks * block_bytes];
-    for j in 0..n {
-        let row = &wt[j * k_pad..(j + 1) * k_pad];
-        for g0 in (0..k_pad).step_by(group) {
-            let vals = &row[g0..(g0 + group).min(k_pad)];
-            // Q4_0 convention: the value of largest magnitude maps to -8.
-            let (amax, max) = vals.iter().fold((0f32, 0f32), |(a, m), &v| {
-                if v.abs() > a {
-                    (v.abs(), v)
-                } else {
-                    (a, m)
-                }
-            });
-            let d = if bits == 4 { max / -8.0 } else { amax / 127.0 };
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let dh = f16::from_f32(d).to_bits().to_le_bytes();
-            for b in (g0 / QK)..((g0 + vals.len()) / QK) {
-                let out =
-                    &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
-                out[..2].copy_from_slice(&dh);
-                let v = &row[b * QK..(b + 1) * QK];
-                if bits == 4 {
-                    for i in 0..16 {
-                        let lo = ((v[i] * id + 8.5) as i32).clamp(0, 15) as u8;
-                        let hi = ((v[i + 16] * id + 8.5) as i32).clamp(0, 15) as u8;
-                        out[2 + i] = lo | (hi << 4);
-                    }
-                } else {
-                    for i in 0..QK {
-                        out[2 + i] = (v[i] * id).round().clamp(-127.0, 127.0) as i8 as u8;
-                    }
-                }
-            }
-        }
-    }
-    GgmlMatrix {
-        k: k_pad,
-        n,
-        dtype,
-        data,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::Rng;
+    use crate::format::symmetric::quantize_symmetric;
+    use crate::layout::act::{
+        quantize_activations, quantize_activations_as, reference_i8, ActFormat,
+    };
+
+    use crate::format::rng::Rng;
 
     #[test]
     fn tile_offsets_cover_the_bytes_once() {

@@ -22,7 +22,7 @@
 //! follows ggml's search for the block scale, and its output is checked by
 //! dequantizing it with gguf-py.
 
-use crate::format::FormatError;
+use crate::format::error::FormatError;
 use half::f16;
 use std::fmt;
 

@@ -15,36 +15,18 @@
 //! The model and this search are kept apart: a tuning profile replaces step 1
 //! with measured ranks without touching step 2.
 
-use crate::isa::Isa;
-use crate::layout::{round_up, Layout, Tiling};
-use crate::model::{self, MicroTile, Prediction, RegisterUse};
+use crate::family::f32::isa::Isa;
+use crate::family::f32::model;
+use crate::family::f32::model::{MicroTile, Prediction, RegisterUse};
+use crate::family::plan::BlockOrder;
+use crate::family::plan::PlanError;
+use crate::family::plan::TileSource;
+use crate::layout::align::round_up;
+use crate::layout::f32::{Layout, Tiling};
 use crate::spec::{KernelSpec, Op};
 use crate::target::TargetDesc;
 use good_lp::{constraint, microlp, variable, ProblemVariables, Solution, SolverModel};
 use serde::Serialize;
-use std::fmt;
-
-/// Order in which a thread visits its mini-GEMV blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum BlockOrder {
-    /// Column panel by column panel, K blocks inside: the weight stream is
-    /// sequential and `y` stays hot; best when `x` fits in L2.
-    Panel,
-    /// Z-curve (Morton) order over (K block, panel): keeps both `x` and `y`
-    /// blocks close when neither fits in L2.
-    ZCurve,
-}
-
-/// Where the micro tile came from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum TileSource {
-    /// Ranked by the performance model.
-    Model,
-    /// Read from a tuning profile.
-    Profile(String),
-    /// Set by the caller.
-    Fixed,
-}
 
 /// A ranked candidate micro tile.
 #[derive(Clone, Debug, Serialize)]
@@ -116,17 +98,6 @@ impl Plan {
         Layout::new(self.spec.bits, self.spec.group, tiling, k, n)
     }
 }
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlanError(pub String);
-
-impl fmt::Display for PlanError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no plan: {}", self.0)
-    }
-}
-
-impl std::error::Error for PlanError {}
 
 /// Options that steer the planner away from its defaults.
 #[derive(Clone, Debug, Default)]

@@ -14,7 +14,7 @@
 //! The only instruction this module executes beyond the detection macros is
 //! SVE's `RDVL` (to read the vector length), and only after SVE was detected.
 
-use crate::target::{Arch, Cache, Core, Feature, Memory, TargetDesc};
+use crate::target::desc::{Arch, Cache, Core, Feature, Memory, TargetDesc};
 use std::fs;
 use std::path::Path;
 

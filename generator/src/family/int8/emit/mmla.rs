@@ -15,7 +15,9 @@
 //! integer / float tile of row pair `pair` and column pair `t`, `lo_{t}` /
 //! `hi_{t}` the nibble planes of column pair `t`.
 
-use crate::int8::{geometry, micro_fn, I8Isa, I8Plan};
+use crate::family::int8::emit::micro::{geometry, micro_fn};
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::plan::I8Plan;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 

@@ -16,26 +16,19 @@
 //! - `body`: the mini-GEMV driver visiting the plan's blocks in its order;
 //! - `run`: the public entry, a thin `#[target_feature]` wrapper over `body`.
 
-use crate::isa::Isa;
-use crate::model::unpack_steps;
-use crate::planner::{BlockOrder, Plan, TileSource};
+use crate::emit::arch_cfg;
+use crate::emit::target_feature_attr;
+use crate::emit::template_items;
+use crate::emit::{fn_attrs, EmitError};
+use crate::family::f32::isa::Isa;
+use crate::family::f32::model::unpack_steps;
+use crate::family::f32::planner::Plan;
+use crate::family::plan::{BlockOrder, TileSource};
 use crate::spec::Group;
 use crate::target::{Arch, TargetDesc};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
-use std::fmt;
 use std::fmt::Write as _;
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EmitError(pub String);
-
-impl fmt::Display for EmitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "kgen generator bug: {}", self.0)
-    }
-}
-
-impl std::error::Error for EmitError {}
 
 /// A generated source file.
 #[derive(Clone, Debug)]
@@ -75,7 +68,7 @@ fn header(target: &TargetDesc, plans: &[Plan], command: &str) -> String {
     let features: Vec<_> = target
         .features
         .iter()
-        .map(|f| crate::isa::feature_name(*f))
+        .map(|f| crate::family::f32::isa::feature_name(*f))
         .collect();
     let _ = writeln!(
         h,
@@ -222,7 +215,7 @@ fn kernel_module(plan: &Plan, isa: &Isa) -> Result<TokenStream, EmitError> {
     let (lanes, m_u, t_u, m_r) = (lit(geo.lanes), lit(geo.m_u), lit(geo.t_u), lit(geo.m_r));
     let (m_b, t_b) = (lit(plan.block.m_b), lit(plan.block.t_b));
     let zcurve = plan.order == BlockOrder::ZCurve;
-    let x_scale = crate::model::x_scales(geo.bits);
+    let x_scale = crate::family::f32::model::x_scales(geo.bits);
     let doc = format!(
         " {} on {}: see the file header for the plan.",
         plan.spec, plan.target
@@ -467,7 +460,7 @@ fn micro_kernel(geo: &Geometry, rows: usize) -> TokenStream {
 }
 
 /// The mask register for a step: the level mask at the value's in-place position.
-fn mask_name(step: &crate::model::UnpackStep) -> proc_macro2::Ident {
+fn mask_name(step: &crate::family::f32::model::UnpackStep) -> proc_macro2::Ident {
     format_ident!("mask_{}", if step.in_place { step.shift } else { 0 })
 }
 
@@ -585,75 +578,4 @@ fn driver(plan: &Plan, geo: &Geometry) -> TokenStream {
             }
         }
     }
-}
-
-/// Writes `text` to `path` unless the file already holds exactly that, so
-/// that an unchanged generation does not invalidate downstream builds.
-/// Returns whether the file was written.
-pub fn write_if_changed(path: &std::path::Path, text: &str) -> std::io::Result<bool> {
-    if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
-        return Ok(false);
-    }
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(path, text)?;
-    Ok(true)
-}
-
-/// `#[cfg(target_arch = ...)]` for an ISA of one architecture; nothing for
-/// the portable ISA.
-pub(crate) fn arch_cfg(arch: Option<crate::target::Arch>) -> TokenStream {
-    match arch {
-        Some(a) => {
-            let a = a.cfg_name();
-            quote! { #[cfg(target_arch = #a)] }
-        }
-        None => TokenStream::new(),
-    }
-}
-
-/// `#[target_feature(enable = ...)]` for an entry point; nothing without features.
-pub(crate) fn target_feature_attr(features: &[&str]) -> TokenStream {
-    if features.is_empty() {
-        TokenStream::new()
-    } else {
-        let joined = features.join(",");
-        quote! { #[target_feature(enable = #joined)] }
-    }
-}
-
-/// Attributes of every function in a kernel module: an ISA with target
-/// features gets `#[target_feature]` on each function (LLVM inlines only
-/// between functions with the same features, and `inline(always)` cannot be
-/// combined with `target_feature`); the portable ISA gets `inline(always)`.
-pub(crate) fn fn_attrs(features: &[&str]) -> TokenStream {
-    if features.is_empty() {
-        quote! { #[inline(always)] }
-    } else {
-        let joined = features.join(",");
-        quote! { #[inline] #[target_feature(enable = #joined)] }
-    }
-}
-
-/// A template's items with the ISA's function attributes applied to its
-/// `unsafe fn`s: templates are written feature-agnostic, with `#[inline(always)]`.
-pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn::Item> {
-    let attrs = fn_attrs(features);
-    let parsed: syn::ItemFn =
-        syn::parse2(quote! { #attrs fn __x() {} }).expect("attribute tokens parse");
-    template
-        .items
-        .iter()
-        .map(|item| {
-            let mut item = item.clone();
-            if let syn::Item::Fn(f) = &mut item {
-                if !features.is_empty() && matches!(f.sig.safety, syn::Safety::Unsafe(_)) {
-                    f.attrs.retain(|a| !a.path().is_ident("inline"));
-                    f.attrs.extend(parsed.attrs.iter().cloned());
-                }
-            }
-            item
-        })
-        .collect()
 }

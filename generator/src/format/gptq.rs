@@ -6,20 +6,9 @@
 //! into three consecutive words as one 96-bit little-endian stream. Scales and
 //! zero points are `groups x N`. The dequantized weight is `s * (q - z)`.
 
+use crate::format::error::FormatError;
+use crate::format::rng::Rng;
 use crate::spec::Group;
-use std::fmt;
-
-/// A shape or content error in quantized data.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FormatError(pub String);
-
-impl fmt::Display for FormatError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for FormatError {}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct GptqMatrix {
@@ -209,37 +198,6 @@ fn set_level(qweight: &mut [u32], n: usize, bits: u32, i: usize, j: usize, v: u3
     qweight[row * n + j] |= v << shift;
     if shift + bits > 32 {
         qweight[(row + 1) * n + j] |= v >> (32 - shift);
-    }
-}
-
-/// Small deterministic generator for tests, benches and tuning data.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn f32(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    pub fn vec_f32(&mut self, len: usize) -> Vec<f32> {
-        (0..len).map(|_| self.f32()).collect()
     }
 }
 

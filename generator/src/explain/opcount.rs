@@ -64,8 +64,9 @@
 //! block for the int8 family, whose activations may be interleaved in row
 //! pairs (see [`KPerIter`]).
 
-use crate::int8::{self, I8Isa, I8Spec};
-use crate::planner::Plan;
+use crate::family::f32::planner::Plan;
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::spec::I8Spec;
 use crate::spec::Op;
 use crate::target::TargetDesc;
 use quote::ToTokens;
@@ -1375,7 +1376,7 @@ fn rows_of(family: &'static str, text: &str, k: KPerIter, kernels: Vec<Planned>)
 
 /// The f32 family's kernels of `plans`, emitted as `kgen` would and counted.
 pub fn f32_rows(target: &TargetDesc, plans: &[Plan]) -> Result<Vec<Row>, crate::Error> {
-    let out = crate::emit::emit_file(target, plans, "kgen plan --explain")?;
+    let out = crate::family::f32::emit::emit_file(target, plans, "kgen plan --explain")?;
     let kernels = plans
         .iter()
         .map(|p| Planned {
@@ -1400,10 +1401,11 @@ pub fn int8_rows(
 ) -> Result<Vec<Row>, crate::Error> {
     let mut rows = Vec::new();
     for isa in I8Isa::for_target(target) {
-        let gemv = int8::plan(&I8Spec::new(Op::Gemv, bits)?, &isa, target, shape)?;
-        let gemm = int8::plan_gemm_sharing(&gemv, m, target);
+        let gemv =
+            crate::family::int8::model::plan(&I8Spec::new(Op::Gemv, bits)?, &isa, target, shape)?;
+        let gemm = crate::family::int8::model::plan_gemm_sharing(&gemv, m, target);
         let plans = [gemv, gemm];
-        let text = int8::emit_file(target, &plans, "kgen plan --explain")?;
+        let text = crate::family::int8::emit::emit_file(target, &plans, "kgen plan --explain")?;
         let kernels = plans
             .iter()
             .map(|p| Planned {
@@ -1414,7 +1416,7 @@ pub fn int8_rows(
                 cols: p.tile.t_sub * p.lanes,
             })
             .collect();
-        let k = KPerIter::Fixed(crate::ggml::QK);
+        let k = KPerIter::Fixed(crate::format::ggml::QK);
         rows.extend(rows_of("int8", &text, k, kernels));
     }
     Ok(rows)

@@ -30,7 +30,8 @@
 //! `n` (blocks left), `xq{r}` / `xd{r}` (activations and their block scales
 //! of row `r`), `y`, `ldy` (bytes between output rows) and the scratch `yt`.
 
-use crate::int8::{I8Isa, I8Plan};
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::plan::I8Plan;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -302,7 +303,10 @@ pub fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::int8::{plan, I8Spec, I8Tile, SVE256};
+    use crate::family::int8::isa::SVE256;
+    use crate::family::int8::model::plan;
+    use crate::family::int8::plan::I8Tile;
+    use crate::family::int8::spec::I8Spec;
     use crate::spec::Op;
 
     /// Every tile the map admits: registers distinct per phase, activations

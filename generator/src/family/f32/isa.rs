@@ -56,7 +56,7 @@ pub const AVX512F: Isa = Isa {
     lanes: 16,
     registers: 32,
     template_path: "templates/f32/avx512f.rs",
-    template: include_str!("../../templates/f32/avx512f.rs"),
+    template: include_str!("../../../../templates/f32/avx512f.rs"),
     unpack: UnpackCost {
         alu_per_value: 3.0,
         alu_straddle: 3.0,
@@ -72,7 +72,7 @@ pub const AVX2: Isa = Isa {
     lanes: 8,
     registers: 16,
     template_path: "templates/f32/avx2.rs",
-    template: include_str!("../../templates/f32/avx2.rs"),
+    template: include_str!("../../../../templates/f32/avx2.rs"),
     unpack: UnpackCost {
         alu_per_value: 3.0,
         alu_straddle: 3.0,
@@ -89,7 +89,7 @@ pub const NEON: Isa = Isa {
     lanes: 4,
     registers: 32,
     template_path: "templates/f32/neon.rs",
-    template: include_str!("../../templates/f32/neon.rs"),
+    template: include_str!("../../../../templates/f32/neon.rs"),
     unpack: UnpackCost {
         alu_per_value: 3.0,
         alu_straddle: 3.0,
@@ -106,7 +106,7 @@ pub const PORTABLE: Isa = Isa {
     lanes: 8,
     registers: 16,
     template_path: "templates/f32/portable.rs",
-    template: include_str!("../../templates/f32/portable.rs"),
+    template: include_str!("../../../../templates/f32/portable.rs"),
     unpack: UnpackCost {
         alu_per_value: 3.0,
         alu_straddle: 3.0,

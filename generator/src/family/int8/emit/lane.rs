@@ -1,0 +1,147 @@
+//! Micro kernels on the lane layouts (4-byte groups, one column per i32
+//! lane): dot-product instructions (vpdpbusd, maddubs, sdot, portable).
+
+use crate::family::int8::emit::micro::lit;
+use crate::family::int8::emit::micro::micro_fn;
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::plan::I8Plan;
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+/// 4 activation bytes of `row` at byte `off` of the block in every lane: a
+/// broadcast load, or (`x_quad` ISAs) an in-lane dword shuffle of the
+/// 16 bytes around them, one load LLVM shares between four broadcasts.
+fn bcast(isa: &I8Isa, row: usize, off: usize) -> TokenStream {
+    let row = lit(row);
+    if isa.x_quad {
+        // vpshufd's immediate repeats the dword index in its four fields.
+        let (base, imm) = (lit(off / 16 * 16), lit(off % 16 / 4 * 0x55));
+        quote! { ops::xsel::<#imm>(ops::xquad(xq.add(#row * ldx + #base))) }
+    } else {
+        let off = lit(off);
+        quote! { ops::bcast4(xq.add(#row * ldx + #off)) }
+    }
+}
+
+pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+    // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
+    let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
+    let l = p.lanes;
+    let chunk = 4 * l; // bytes per chunk per column group
+    let chunks = p.spec.bits as usize;
+    let fv = |r: usize, t: usize| format_ident!("f_{}_{}", r, t);
+    let iv = |r: usize, t: usize| format_ident!("i_{}_{}", r, t);
+    let mut init = TokenStream::new();
+    let mut store = TokenStream::new();
+    let mut zero = TokenStream::new();
+    for r in 0..rows {
+        for t in 0..t_sub {
+            let (f, i) = (fv(r, t), iv(r, t));
+            let (row, off) = (lit(r), lit(t * l));
+            init.extend(quote! { let mut #f = ops::loadf(y.add(#row * ldy + #off)); });
+            store.extend(quote! { ops::storef(y.add(#row * ldy + #off), #f); });
+            zero.extend(quote! { let mut #i = ops::zero_i(); });
+        }
+    }
+    let mut block = TokenStream::new();
+    if p.spec.bits == 4 {
+        // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
+        // Codebook nibbles are indices: looked up (signed int8 levels) and
+        // dotted signed x signed straight into i32; plain nibbles go through
+        // the template's block accumulator.
+        let unpack = |half: &str, wv: &proc_macro2::Ident| {
+            if p.spec.codebook {
+                let idx = format_ident!("idx_{}", half);
+                quote! { ops::lut(ops::#idx(#wv)) }
+            } else {
+                let nib = format_ident!("nib_{}", half);
+                quote! { ops::#nib(#wv) }
+            }
+        };
+        let acc = format_ident!("{}", if p.spec.codebook { "dot_s" } else { "pair_acc" });
+        for g in 0..chunks {
+            for t in 0..t_sub {
+                let (wv, lo, hi) = (
+                    format_ident!("w_{}", t),
+                    format_ident!("lo_{}", t),
+                    format_ident!("hi_{}", t),
+                );
+                let off = lit((g * t_u + t) * chunk);
+                let (ulo, uhi) = (unpack("lo", &wv), unpack("hi", &wv));
+                block.extend(quote! {
+                    let #wv = ops::loadb(w.add(#off));
+                    let #lo = #ulo;
+                    let #hi = #uhi;
+                });
+            }
+            for r in 0..rows {
+                let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+                let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
+                block.extend(quote! {
+                    let #xl = #bl;
+                    let #xh = #bh;
+                });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (
+                        iv(r, t),
+                        format_ident!("lo_{}", t),
+                        format_ident!("hi_{}", t),
+                    );
+                    block.extend(quote! {
+                        #i = ops::#acc(#i, #lo, #xl);
+                        #i = ops::#acc(#i, #hi, #xh);
+                    });
+                }
+            }
+        }
+    } else {
+        for g in 0..chunks {
+            for t in 0..t_sub {
+                let wv = format_ident!("w_{}", t);
+                let off = lit((g * t_u + t) * chunk);
+                block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+            }
+            for r in 0..rows {
+                let x = format_ident!("x_{}", r);
+                let b = bcast(isa, r, 4 * g);
+                block.extend(quote! { let #x = #b; });
+                for t in 0..t_sub {
+                    let (i, wv) = (iv(r, t), format_ident!("w_{}", t));
+                    block.extend(quote! { #i = ops::dot_s(#i, #wv, #x); });
+                }
+            }
+        }
+    }
+    // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
+    let mut fold = TokenStream::new();
+    for t in 0..t_sub {
+        let s = format_ident!("s_{}", t);
+        let off = lit(t * l);
+        fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
+    }
+    for r in 0..rows {
+        let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
+        let row = lit(r);
+        fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
+        if p.spec.bits == 4 && !isa.signed_nibbles && !p.spec.codebook {
+            fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
+        }
+        for t in 0..t_sub {
+            let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
+            // 4-bit blocks accumulate in the template's block form (i16 pairs
+            // on maddubs ISAs); 8-bit ones directly in i32. Only unsigned
+            // nibbles carry a bias to remove.
+            let sum = match (p.spec.bits, isa.signed_nibbles) {
+                _ if p.spec.codebook => quote! { #i },
+                (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
+                (4, true) => quote! { ops::block_sum(#i) },
+                _ => quote! { #i },
+            };
+            fold.extend(quote! {
+                #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
+            });
+        }
+    }
+    let body = quote! { #zero #block #fold };
+    micro_fn(p, isa, rows, init, body, store, (32, 1))
+}

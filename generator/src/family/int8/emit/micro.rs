@@ -1,0 +1,64 @@
+//! The micro kernel function every int8 emitter fills: signature, block loop, pointer steps.
+
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::plan::I8Plan;
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+
+/// Bytes of a column group's chunk and chunks per block.
+pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
+    let chunk = p.lanes * isa.group_bytes;
+    (chunk, 4 * p.spec.bits as usize / isa.group_bytes)
+}
+
+/// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value
+/// blocks, `body` per block, then the pointer steps (`x_step` activation
+/// bytes and `d_step` scales per block), `store` after it.
+pub(crate) fn micro_fn(
+    p: &I8Plan,
+    isa: &I8Isa,
+    rows: usize,
+    init: TokenStream,
+    body: TokenStream,
+    store: TokenStream,
+    (x_step, d_step): (usize, usize),
+) -> TokenStream {
+    let fname = format_ident!("micro_r{}", rows);
+    let (chunk, chunks) = geometry(p, isa);
+    let (wstep, sstep) = (lit(chunks * p.tile.t_u * chunk), lit(p.tile.t_u * p.lanes));
+    let (x_step, d_step) = (lit(x_step), lit(d_step));
+    let attrs = fn_attrs(isa);
+    let doc = format!(
+        " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
+        p.tile.t_sub * p.lanes
+    );
+    quote! {
+        #[doc = #doc]
+        #attrs
+        unsafe fn #fname(
+            mut w: *const u8, mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
+            y: *mut f32, ldx: usize, ldb: usize, ldy: usize, blocks: usize,
+        ) {
+            unsafe {
+                #init
+                for _ in 0..blocks {
+                    #body
+                    w = w.add(#wstep);
+                    sc = sc.add(#sstep);
+                    xq = xq.add(#x_step);
+                    xd = xd.add(#d_step);
+                    xc = xc.add(1);
+                }
+                #store
+            }
+        }
+    }
+}
+
+pub(crate) fn lit(v: usize) -> Literal {
+    Literal::usize_unsuffixed(v)
+}
+
+pub(crate) fn fn_attrs(isa: &I8Isa) -> TokenStream {
+    crate::emit::fn_attrs(isa.features)
+}

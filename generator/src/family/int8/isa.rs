@@ -1,0 +1,222 @@
+//! The int8 family's ISAs as data: features, lanes, registers, the
+//! template each one unrolls, and instruction costs.
+
+use crate::family::int8::spec::I8Spec;
+use crate::target::{Arch, Feature, TargetDesc};
+
+/// One ISA of the int8 family.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct I8Isa {
+    pub name: &'static str,
+    pub arch: Option<Arch>,
+    /// Target features a target must list to run it.
+    pub requires: &'static [Feature],
+    /// `target_feature` / run-time detection names (f16c is implied by every
+    /// AVX2 CPU but is its own feature bit).
+    pub features: &'static [&'static str],
+    /// i32 lanes per vector: columns interleaved per vector.
+    pub lanes: usize,
+    pub registers: usize,
+    pub template_path: &'static str,
+    pub template: &'static str,
+    /// Vector uops of one `dot_u` (maddubs + madd + add = 3; vpdpbusd = 1).
+    pub dot_uops: f64,
+    /// Extra uops of `dot_s` over `dot_u` (sign handling).
+    pub signed_extra: f64,
+    /// Bytes of one column per lane and chunk: 4 (one column per i32 lane,
+    /// dot-product instructions) or 8 (column pairs for 2x2 matrix multiply).
+    pub group_bytes: usize,
+    /// 4-bit levels stored as signed nibbles, read as `16 q` with one shift
+    /// or one mask and no bias correction (needs a signed x signed dot).
+    pub signed_nibbles: bool,
+    /// GEMM micro kernels use 2x2 matrix-multiply tiles (smmla) on
+    /// activation rows interleaved in pairs.
+    pub mmla: bool,
+    /// Activation broadcasts as a 16-byte load (`xquad`) and an in-lane
+    /// dword shuffle (`xsel`) instead of a 4-byte broadcast load each:
+    /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
+    /// broadcast loads limited it.
+    pub x_quad: bool,
+    /// SVE vector length the kernels are written for (`None`: not SVE).
+    /// They run only where SVE is present at exactly this length: targets
+    /// must list it as `sve_vector_bits`, and run-time detection reads it.
+    pub sve_bits: Option<u32>,
+}
+
+pub const AVX512VNNI: I8Isa = I8Isa {
+    name: "avx512vnni",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx512f, Feature::Avx512bw, Feature::Avx512vnni],
+    features: &["avx512f", "avx512bw", "avx512vnni"],
+    lanes: 16,
+    registers: 32,
+    template_path: "templates/i8/avx512vnni.rs",
+    template: include_str!("../../../../templates/i8/avx512vnni.rs"),
+    dot_uops: 1.0,
+    signed_extra: 3.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
+    sve_bits: None,
+    x_quad: false,
+};
+
+pub const AVXVNNI: I8Isa = I8Isa {
+    name: "avxvnni",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx2, Feature::Fma, Feature::Avxvnni],
+    features: &["avx2", "fma", "f16c", "avxvnni"],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/avxvnni.rs",
+    template: include_str!("../../../../templates/i8/avxvnni.rs"),
+    dot_uops: 1.0,
+    signed_extra: 2.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
+    sve_bits: None,
+    x_quad: false,
+};
+
+pub const AVX2: I8Isa = I8Isa {
+    name: "avx2",
+    arch: Some(Arch::X86_64),
+    requires: &[Feature::Avx2, Feature::Fma],
+    features: &["avx2", "fma", "f16c"],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/avx2.rs",
+    template: include_str!("../../../../templates/i8/avx2.rs"),
+    dot_uops: 3.0,
+    signed_extra: 2.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
+    sve_bits: None,
+    x_quad: true,
+};
+
+pub const DOTPROD: I8Isa = I8Isa {
+    name: "dotprod",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Dotprod],
+    features: &["neon", "dotprod"],
+    lanes: 4,
+    registers: 32,
+    template_path: "templates/i8/dotprod.rs",
+    template: include_str!("../../../../templates/i8/dotprod.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: true,
+    mmla: false,
+    sve_bits: None,
+    x_quad: false,
+};
+
+pub const I8MM: I8Isa = I8Isa {
+    name: "i8mm",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Dotprod, Feature::I8mm],
+    features: &["neon", "dotprod", "i8mm"],
+    lanes: 2,
+    registers: 32,
+    template_path: "templates/i8/i8mm.rs",
+    template: include_str!("../../../../templates/i8/i8mm.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+    group_bytes: 8,
+    signed_nibbles: true,
+    mmla: true,
+    sve_bits: None,
+    x_quad: false,
+};
+
+pub const PORTABLE: I8Isa = I8Isa {
+    name: "portable",
+    arch: None,
+    requires: &[],
+    features: &[],
+    lanes: 8,
+    registers: 16,
+    template_path: "templates/i8/portable.rs",
+    template: include_str!("../../../../templates/i8/portable.rs"),
+    dot_uops: 12.0,
+    signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: false,
+    mmla: false,
+    sve_bits: None,
+    x_quad: false,
+};
+
+/// SVE at 256-bit vectors (Neoverse V1): the lane layout with 8 columns per
+/// `z` register; micro kernels are whole asm loops ([`crate::family::int8::emit::sve`]).
+pub const SVE256: I8Isa = I8Isa {
+    name: "sve256",
+    arch: Some(Arch::Aarch64),
+    requires: &[Feature::Neon, Feature::Sve],
+    features: &["neon", "sve"],
+    lanes: 8,
+    registers: 32,
+    template_path: "templates/i8/sve256.rs",
+    template: include_str!("../../../../templates/i8/sve256.rs"),
+    dot_uops: 1.0,
+    signed_extra: 0.0,
+    group_bytes: 4,
+    signed_nibbles: true,
+    mmla: false,
+    sve_bits: Some(256),
+    x_quad: false,
+};
+
+/// Best first. `sve256` ranks below `i8mm`: a 256-bit sdot and a 128-bit
+/// smmla both do 32 multiply-adds, but cores with 256-bit SVE have half as
+/// many SVE pipes as 128-bit NEON ones (Neoverse V1: 2x256 vs 4x128), so
+/// the smmla GEMM does at least as much per cycle and reuses each weight
+/// vector for two rows. It ranks above `dotprod`: at least the same
+/// multiply-adds per cycle with half the instructions and weight loads per
+/// column, and one replicated activation load per 16 values (indexed sdot)
+/// instead of a broadcast per 4.
+pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE];
+
+impl I8Isa {
+    pub fn by_name(name: &str) -> Option<I8Isa> {
+        I8_FAMILY.iter().copied().find(|i| i.name == name)
+    }
+
+    pub fn runs_on(&self, t: &TargetDesc) -> bool {
+        self.arch.is_none_or(|a| a == t.arch)
+            && self.requires.iter().all(|f| t.has(*f))
+            && self.sve_bits.is_none_or(|b| t.sve_vector_bits == Some(b))
+    }
+
+    /// Position in [`I8_FAMILY`] (lower is better).
+    pub fn rank(&self) -> usize {
+        I8_FAMILY
+            .iter()
+            .position(|i| i.name == self.name)
+            .unwrap_or(usize::MAX)
+    }
+
+    pub fn for_target(t: &TargetDesc) -> Vec<I8Isa> {
+        I8_FAMILY.iter().copied().filter(|i| i.runs_on(t)).collect()
+    }
+
+    /// Whether this ISA has kernels for `spec`'s weight format, and if not why.
+    /// Codebook formats need the `lut` primitive, which the SVE emitter (whole
+    /// asm loops) does not have: SVE machines run them on i8mm or dotprod.
+    pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
+        if spec.codebook && self.sve_bits.is_some() {
+            return Err(format!(
+                "int8 ISA {} has no {} kernels (its asm emitter has no table lookup); \
+                 SVE CPUs run {} on i8mm or dotprod",
+                self.name,
+                spec.format_tag(),
+                spec.format_tag()
+            ));
+        }
+        Ok(())
+    }
+}
