@@ -113,6 +113,12 @@ pub fn all_specs() -> Vec<(u32, Group)> {
 /// Every int8-activation format, by tag.
 pub const INT8_FORMATS: &[&str] = &["q4_0", "q8_0", "iq4_nl"];
 
+/// The tags of every int8-family format (`q4_0`, ...), in table order: what
+/// the CLI and `KGEN_SPECS` accept.
+pub fn int8_format_tags() -> Vec<&'static str> {
+    INT8_FORMATS.to_vec()
+}
+
 /// Formats a build generates kernels for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Formats {
