@@ -19,10 +19,13 @@ const DEFAULT_F32: &[(u32, Group)] = &[
 ];
 
 fn main() {
-    // Plus the int8-activation family: Q4_0, Q8_0 and IQ4_NL.
+    // Plus the int8-activation family: every format of the table it runs.
     let defaults = Formats {
         f32: DEFAULT_F32.to_vec(),
-        int8: ["q4_0", "q8_0", "iq4_nl"].map(String::from).to_vec(),
+        int8: kgen::build::int8_format_tags()
+            .into_iter()
+            .map(String::from)
+            .collect(),
     };
     let config = kgen::build::Config::from_env(&defaults)
         .unwrap_or_else(|e| panic!("kgen build configuration: {e}"))

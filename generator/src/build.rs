@@ -110,13 +110,12 @@ pub fn all_specs() -> Vec<(u32, Group)> {
     out
 }
 
-/// Every int8-activation format, by tag.
-pub const INT8_FORMATS: &[&str] = &["q4_0", "q8_0", "iq4_nl"];
-
-/// The tags of every int8-family format (`q4_0`, ...), in table order: what
-/// the CLI and `KGEN_SPECS` accept.
+/// The tags of every int8-family format (`q4_0`, ...), in the format
+/// table's order: what the CLI and `KGEN_SPECS` accept.
 pub fn int8_format_tags() -> Vec<&'static str> {
-    INT8_FORMATS.to_vec()
+    crate::format::table::int8_formats()
+        .map(|f| f.tag)
+        .collect()
 }
 
 /// Formats a build generates kernels for.
@@ -133,17 +132,18 @@ pub fn parse_specs(s: &str) -> Result<Formats, Error> {
     if s.trim() == "all" {
         return Ok(Formats {
             f32: all_specs(),
-            int8: INT8_FORMATS.iter().map(|t| t.to_string()).collect(),
+            int8: int8_format_tags().iter().map(|t| t.to_string()).collect(),
         });
     }
     let mut out = Formats::default();
     for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         match p {
-            _ if INT8_FORMATS.contains(&p) => out.int8.push(p.to_string()),
+            _ if int8_format_tags().contains(&p) => out.int8.push(p.to_string()),
             _ => {
                 let (b, g) = p.split_once(':').ok_or_else(|| {
                     Error::Usage(format!(
-                        "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or q4_0 / q8_0 / iq4_nl"
+                        "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or an int8 format ({})",
+                        int8_format_tags().join(", ")
                     ))
                 })?;
                 let bits = b
@@ -198,7 +198,12 @@ impl Config {
 
     /// Adds an int8-activation format: 4 (Q4_0) or 8 (Q8_0).
     pub fn int8(mut self, bits: u32) -> Self {
-        self.int8.push(format!("q{bits}_0"));
+        // Symmetric 4/8-bit weights are stored as Q4_0 / Q8_0; other widths
+        // are refused with the reason when generating.
+        let tag = crate::family::int8::spec::I8Spec::new(Op::Gemv, bits)
+            .map(|s| s.format.tag.to_string())
+            .unwrap_or_else(|_| format!("{bits}-bit symmetric"));
+        self.int8.push(tag);
         self
     }
 
@@ -295,7 +300,7 @@ impl Config {
                 crate::family::int8::spec::I8Spec::from_tag(Op::Gemv, tag).ok_or_else(|| {
                     Error::Usage(format!(
                         "unknown int8 format `{tag}` (one of {})",
-                        INT8_FORMATS.join(", ")
+                        int8_format_tags().join(", ")
                     ))
                 })
             })
@@ -461,7 +466,7 @@ mod tests {
         let f = parse_specs("4:32, q4_0,iq4_nl ,q8_0").unwrap();
         assert_eq!(f.int8, ["q4_0", "iq4_nl", "q8_0"]);
         assert_eq!(f.f32, [(4, Group::Size(32))]);
-        assert_eq!(parse_specs("all").unwrap().int8, INT8_FORMATS);
+        assert_eq!(parse_specs("all").unwrap().int8, int8_format_tags());
         let e = parse_specs("iq4_xs").unwrap_err().to_string();
         assert!(e.contains("iq4_nl"), "{e}");
         assert_eq!(Config::new().int8(8).int8, ["q8_0"]);

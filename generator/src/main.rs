@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use kgen::family::f32::isa::Isa;
 use kgen::family::f32::model::MicroTile;
 use kgen::family::f32::planner::{Plan, PlanOptions};
+use kgen::family::int8::spec::I8Spec;
 use kgen::family::plan::BlockOrder;
 use kgen::spec::{Group, Op};
 use kgen::{target, Error, IsaChoice, Request};
@@ -129,19 +130,20 @@ struct GenArgs {
     #[arg(long, short)]
     output: Option<PathBuf>,
     /// Emit the int8-activation family for GGUF-style weights instead
-    /// (`q4_0`, `q8_0` or `iq4_nl`; --bits/--group are then ignored).
-    #[arg(long, value_enum)]
-    format: Option<Int8Format>,
+    /// (a tag of the format table: `q4_0`, `q8_0`, `iq4_nl`, ...; --bits/--group
+    /// are then ignored).
+    #[arg(long, value_parser = parse_int8_format)]
+    format: Option<I8Spec>,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy)]
-enum Int8Format {
-    #[value(name = "q4_0")]
-    Q4_0,
-    #[value(name = "q8_0")]
-    Q8_0,
-    #[value(name = "iq4_nl")]
-    Iq4Nl,
+/// An int8-family format by its tag in the format table.
+fn parse_int8_format(s: &str) -> Result<I8Spec, String> {
+    I8Spec::from_tag(Op::Gemv, s).ok_or_else(|| {
+        format!(
+            "`{s}` is not an int8 format (one of {})",
+            kgen::build::int8_format_tags().join(", ")
+        )
+    })
 }
 
 #[derive(Args, Debug, Clone)]
@@ -257,14 +259,9 @@ fn command_line() -> String {
 fn gen_int8(
     target: &kgen::target::TargetDesc,
     args: &GenArgs,
-    format: Int8Format,
+    spec: I8Spec,
 ) -> Result<String, Error> {
-    use kgen::family::int8::{isa::I8Isa, model as int8, spec::I8Spec};
-    let spec = match format {
-        Int8Format::Q4_0 => I8Spec::new(Op::Gemv, 4)?,
-        Int8Format::Q8_0 => I8Spec::new(Op::Gemv, 8)?,
-        Int8Format::Iq4Nl => I8Spec::iq4_nl(Op::Gemv),
-    };
+    use kgen::family::int8::{isa::I8Isa, model as int8};
     // ISAs without kernels for the format (sve256 for IQ4_NL) are passed
     // over unless named explicitly, which is an error.
     let supported = || {

@@ -21,7 +21,7 @@ fn main() {
         std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
     });
     println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
-    let lay = kgen::layout::int8::I8Layout::new(4, 8, 2, 864, 96, k, n);
+    let lay = kgen::layout::int8::I8Layout::new(kgen::format::GgmlType::Q4_0, 8, 2, 864, 96, k, n);
     for t in [1, 2] {
         let s = med(|| {
             std::hint::black_box(lay.repack_threads(&g, t));

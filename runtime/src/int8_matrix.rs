@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::gguf::GgufFile;
 use crate::kernel::I8KernelEntry;
 use crate::pool::{self, Pool};
-use kgen::format::ggml::{GgmlMatrix, GgmlType, QK};
+use kgen::format::ggml::{GgmlMatrix, QK};
 use kgen::format::symmetric::quantize_symmetric;
 use kgen::layout::act::{quantize_activations_as, ActFormat};
 use kgen::layout::int8::{I8Layout, I8Packed};
@@ -52,16 +52,17 @@ impl Int8Matrix {
         isa: Option<&str>,
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
-        let format = match m.dtype {
-            GgmlType::Q4_0 => "q4_0",
-            GgmlType::Q8_0 => "q8_0",
-            GgmlType::Iq4Nl => "iq4_nl",
-            other => {
-                return Err(Error::Format(format!(
-                    "{other} weights have no int8 kernel: use Q4_0 / Q8_0 / IQ4_NL, or QuantMatrix for GPTQ and f32"
-                )))
-            }
-        };
+        if m.dtype.format().int8.is_none() {
+            return Err(Error::Format(format!(
+                "{} weights have no int8 kernel (int8 formats: {}); use QuantMatrix for GPTQ and f32",
+                m.dtype,
+                kgen::format::int8_formats()
+                    .map(|f| f.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let format = m.dtype.tag();
         let (gemv, gemm) = registry.select_i8_format(format, isa)?;
         Self::from_ggml_kernels(m, gemv, gemm)
     }
@@ -74,12 +75,8 @@ impl Int8Matrix {
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         for e in [&gemv, &gemm] {
-            let want = match (e.bits, e.codebook()) {
-                (4, true) => GgmlType::Iq4Nl,
-                (4, false) => GgmlType::Q4_0,
-                _ => GgmlType::Q8_0,
-            };
-            if want != m.dtype {
+            let want = e.format;
+            if want != m.dtype.tag() {
                 return Err(Error::NoKernel(format!(
                     "kernel {} reads {want}, the matrix is {}",
                     e.name, m.dtype
@@ -98,11 +95,8 @@ impl Int8Matrix {
                 gemv.name, gemm.name
             )));
         }
-        let layout = I8Layout::new(
-            gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
-        )
-        .grouped(gemv.group_bytes, gemv.signed)
-        .with_codebook(gemv.codebook());
+        let layout = I8Layout::new(m.dtype, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n)
+            .grouped(gemv.group_bytes, gemv.signed);
         let t0 = Instant::now();
         let packed = layout.repack_threads(m, pool::global().threads());
         let repack_seconds = t0.elapsed().as_secs_f64();
@@ -211,10 +205,9 @@ impl Int8Matrix {
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
         let kernel = if m == 1 { &self.gemv } else { &self.gemm };
         let fmt = ActFormat {
-            bits: l.bits,
             row_pairs: kernel.row_pairs,
             scale: l.x_scale(),
-            codebook: l.codebook,
+            ..ActFormat::plain(l.format)
         };
         let xa = quantize_activations_as(x, m, l.k, l.k_pad, fmt);
         let (w, sc) = (

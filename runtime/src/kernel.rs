@@ -108,9 +108,9 @@ pub struct I8KernelEntry {
 }
 
 impl I8KernelEntry {
-    /// IQ4_NL: 4-bit codebook indices, looked up by the kernel.
+    /// Codebook formats (IQ4_NL): 4-bit indices, looked up by the kernel.
     pub fn codebook(&self) -> bool {
-        self.format == "iq4_nl"
+        kgen::format::by_tag(self.format).is_some_and(|f| f.codebook().is_some())
     }
 
     pub fn same_layout(&self, other: &I8KernelEntry) -> bool {

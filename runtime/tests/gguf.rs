@@ -137,8 +137,7 @@ fn manifest() -> Vec<Entry> {
             Entry {
                 file: f[0].to_string(),
                 name: f[1].to_string(),
-                dtype: GgmlType::ALL
-                    .into_iter()
+                dtype: GgmlType::all()
                     .find(|t| t.name() == f[2])
                     .unwrap_or_else(|| panic!("type {}", f[2])),
                 k: f[3].parse().unwrap(),
@@ -215,7 +214,7 @@ fn dequantize_matches_gguf_py_bit_for_bit() {
         }
         *seen.entry(e.dtype).or_insert(0) += 1;
     }
-    for t in GgmlType::ALL {
+    for t in GgmlType::all() {
         assert!(
             seen.get(&t).copied().unwrap_or(0) >= 3,
             "too few {t} tensors: {seen:?}"
@@ -228,7 +227,7 @@ fn quantize_matches_gguf_py_bytes() {
     let files = files();
     for e in manifest() {
         let theirs = std::fs::read(e.data("q")).unwrap();
-        if e.dtype == GgmlType::Iq4Nl {
+        if e.dtype == GgmlType::IQ4_NL {
             // Raw blocks (gguf-py has no IQ4_NL quantizer): the file holds them.
             assert_eq!(files[&e.file].tensor_bytes(&e.name).unwrap(), &theirs[..]);
             continue;
@@ -831,8 +830,8 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
     let mut checked = 0;
     for e in manifest().into_iter().filter(|e| {
         e.matmul
-            && (matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0)
-                || (e.dtype == GgmlType::Iq4Nl && common::i8_format_built("iq4_nl")))
+            && ((e.dtype == GgmlType::Q4_0 || e.dtype == GgmlType::Q8_0)
+                || (e.dtype == GgmlType::IQ4_NL && common::i8_format_built("iq4_nl")))
     }) {
         let qm = kgen_runtime::Int8Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
@@ -885,7 +884,7 @@ fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
     let mut mats = Vec::new();
     for e in manifest()
         .into_iter()
-        .filter(|e| e.k % 32 == 0 && e.dtype != GgmlType::Iq4Nl && !e.name.starts_with("special."))
+        .filter(|e| e.k % 32 == 0 && e.dtype != GgmlType::IQ4_NL && !e.name.starts_with("special."))
         .filter(|e| e.dtype == GgmlType::Q4_0 || e.name.starts_with("f32."))
     {
         let m = GgmlMatrix::quantize_iq4_nl(&e.w("orig"), e.k, e.n);

@@ -1,5 +1,7 @@
-//! Weight formats: the GPTQ packing, GGML blocks as GGUF stores them, kgen's
-//! own symmetric groups, and their reference quantizers and dequantizers.
+//! Weight formats: the format table ([`table`], one [`row::Format`] per
+//! format: geometry, levels, reference codec, how the int8 family runs it),
+//! the GGML block codecs ([`ggml`]), the GPTQ packing ([`gptq`]) and kgen's
+//! own symmetric groups ([`symmetric`]).
 //!
 //! Built without the `codegen` feature: user binaries link this.
 
@@ -7,8 +9,12 @@ pub mod error;
 pub mod ggml;
 pub mod gptq;
 pub mod rng;
+pub mod row;
 pub mod symmetric;
+pub mod table;
 
 pub use error::FormatError;
 pub use gptq::{random_gptq, GptqMatrix};
 pub use rng::Rng;
+pub use row::{Format, GgmlType, Int8Repack, Levels, QK};
+pub use table::{by_gguf_type, by_tag, int8_formats, FORMATS};

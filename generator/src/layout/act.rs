@@ -2,14 +2,14 @@
 //! call (Q8_0 arithmetic), in the order a kernel reads them, and the exact
 //! oracle the int8 kernels are checked against.
 
-use crate::format::ggml::{GgmlMatrix, GgmlType, IQ4_NL_VALUES, QK};
+use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
 use crate::layout::align::round_up;
 use crate::layout::int8::block_levels;
 use half::f16;
 
 /// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
 /// levels, `m x blocks` scales, and `m x blocks` corrections
-/// `bias * sum(q)` (bias 8 for the unsigned 4-bit nibbles, 0 for 8-bit and
+/// `bias * sum(q)` (the format's level offset: 8 for Q4_0, 0 for 8-bit and
 /// IQ4_NL codebook weights).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
@@ -21,8 +21,12 @@ pub struct QuantizedActivations {
 /// How a kernel reads its activations.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActFormat {
-    /// Weight bits: 4-bit unsigned-nibble kernels need the `8 sum(q)` bias.
-    pub bits: u32,
+    /// The weights' level offset (the format table's [`Levels::Offset`]:
+    /// 8 for Q4_0's unsigned nibbles, 0 for signed and codebook levels); the
+    /// kernels remove `bias * sum(q)` per block.
+    ///
+    /// [`Levels::Offset`]: crate::format::row::Levels::Offset
+    pub bias: i32,
     /// Rows interleaved in pairs for 2x2 matrix-multiply instructions: per
     /// pair, block and 8 values, 8 bytes of the even row then 8 of the odd
     /// one; scales as `[d0, d0, d1, d1]` per pair and block. An odd last
@@ -30,40 +34,34 @@ pub struct ActFormat {
     pub row_pairs: bool,
     /// Factor on the stored scales (1/16 for signed-nibble weights).
     pub scale: f32,
-    /// IQ4_NL codebook weights: signed after the lookup, so no bias.
-    pub codebook: bool,
 }
 
 impl ActFormat {
-    pub fn plain(bits: u32) -> ActFormat {
+    /// Plain row order and scales for weights of `format`.
+    pub fn plain(format: GgmlType) -> ActFormat {
         ActFormat {
-            bits,
+            bias: format.format().offset(),
             row_pairs: false,
             scale: 1.0,
-            codebook: false,
         }
     }
 
-    /// The bias the kernels remove per block: 8 for unsigned Q4_0 nibbles.
+    /// The bias the kernels remove per block.
     pub fn bias(&self) -> i32 {
-        if self.bits == 4 && !self.codebook {
-            8
-        } else {
-            0
-        }
+        self.bias
     }
 }
 
-/// Quantizes `m` rows of `x` (`m x k`) for a `bits`-bit weight kernel, with
-/// each row padded to `k_pad`.
+/// Quantizes `m` rows of `x` (`m x k`) for a kernel on `format` weights,
+/// with each row padded to `k_pad`.
 pub fn quantize_activations(
     x: &[f32],
     m: usize,
     k: usize,
     k_pad: usize,
-    bits: u32,
+    format: GgmlType,
 ) -> QuantizedActivations {
-    quantize_activations_as(x, m, k, k_pad, ActFormat::plain(bits))
+    quantize_activations_as(x, m, k, k_pad, ActFormat::plain(format))
 }
 
 /// [`quantize_activations`] into the order and scaling `fmt` describes, so
@@ -128,6 +126,7 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
     let blocks = w.k / QK;
     let xb = k_pad / QK;
     let mut y = vec![0f64; m * w.n];
+    let fmt = w.dtype.format();
     for j in 0..w.n {
         for b in 0..blocks {
             let block = w.block(j, b);
@@ -138,14 +137,7 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
                 let dot: i64 = levels
                     .iter()
                     .zip(xs)
-                    .map(|(&l, &x)| {
-                        let qw = match w.dtype {
-                            GgmlType::Q4_0 => l as i64 - 8,
-                            GgmlType::Iq4Nl => IQ4_NL_VALUES[l as usize] as i64,
-                            _ => l as i8 as i64,
-                        };
-                        qw * x as i64
-                    })
+                    .map(|(&l, &x)| fmt.level_value(l) as i64 * x as i64)
                     .sum();
                 y[r * w.n + j] += dw * xa.d[r * xb + b] as f64 * dot as f64;
             }

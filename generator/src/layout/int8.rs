@@ -44,6 +44,9 @@ use crate::layout::align::{round_up, AlignedWords};
 /// Geometry of one packed int8-family matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct I8Layout {
+    /// The weight format (a row of the format table the int8 family runs).
+    pub format: GgmlType,
+    /// Bits per level in the layout (the format's `layout_bits`).
     pub bits: u32,
     /// Columns per vector: i32 lanes (G = 4) or column pairs (G = 8).
     pub lanes: usize,
@@ -53,8 +56,6 @@ pub struct I8Layout {
     pub group_bytes: usize,
     /// 4-bit levels as signed nibbles (kernels read `16 q`).
     pub signed: bool,
-    /// 4-bit IQ4_NL codebook indices (unsigned nibbles, never `signed`).
-    pub codebook: bool,
     /// K block, values (multiple of 32).
     pub m_b: usize,
     /// Panel width, columns (multiple of `lanes * t_u`).
@@ -76,7 +77,7 @@ pub struct I8Packed {
 
 impl I8Layout {
     pub fn new(
-        bits: u32,
+        format: GgmlType,
         lanes: usize,
         t_u: usize,
         m_b: usize,
@@ -84,19 +85,23 @@ impl I8Layout {
         k: usize,
         n: usize,
     ) -> I8Layout {
-        assert!(bits == 4 || bits == 8, "int8 family: 4 or 8 bits");
+        let bits = format
+            .format()
+            .int8
+            .unwrap_or_else(|| panic!("{format} has no int8 layout"))
+            .layout_bits;
         let tw = lanes * t_u;
         assert!(
             m_b.is_multiple_of(QK) && t_b.is_multiple_of(tw),
             "blocks must be whole tiles and 32-blocks"
         );
         I8Layout {
+            format,
             bits,
             lanes,
             t_u,
             group_bytes: 4,
             signed: false,
-            codebook: false,
             m_b,
             t_b,
             k,
@@ -114,28 +119,18 @@ impl I8Layout {
             "lane groups of 4 or 8 bytes"
         );
         self.group_bytes = group_bytes;
-        self.signed = signed && self.bits == 4;
+        self.signed = signed && self.bits == 4 && !self.codebook();
         self
     }
 
-    /// The same geometry holding IQ4_NL codebook indices (4-bit only; the
-    /// nibbles stay unsigned).
-    pub fn with_codebook(mut self, codebook: bool) -> I8Layout {
-        assert!(!codebook || self.bits == 4, "IQ4_NL is a 4-bit format");
-        self.codebook = codebook;
-        if codebook {
-            self.signed = false;
-        }
-        self
+    /// Codebook indices (IQ4_NL): unsigned nibbles the kernel looks up.
+    pub fn codebook(&self) -> bool {
+        self.format.format().codebook().is_some()
     }
 
     /// The GGUF type this layout repacks.
     pub fn source_type(&self) -> GgmlType {
-        match (self.bits, self.codebook) {
-            (4, true) => GgmlType::Iq4Nl,
-            (4, false) => GgmlType::Q4_0,
-            _ => GgmlType::Q8_0,
-        }
+        self.format
     }
 
     /// Activation scale factor the kernels expect: signed nibbles read `16 q`.
@@ -344,21 +339,11 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
     });
 }
 
-/// The 32 levels of a GGUF block: unsigned nibbles (level + 8) for Q4_0,
-/// codebook indices for IQ4_NL, i8 bit patterns for Q8_0.
+/// The 32 stored levels of a GGUF block (unsigned levels, codebook
+/// indices or `i8` bit patterns), as the format table says.
 pub(crate) fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
-    let mut out = [0u8; QK];
-    match dtype {
-        GgmlType::Q4_0 | GgmlType::Iq4Nl => {
-            for i in 0..16 {
-                out[i] = block[2 + i] & 0x0F;
-                out[i + 16] = block[2 + i] >> 4;
-            }
-        }
-        GgmlType::Q8_0 => out.copy_from_slice(&block[2..2 + QK]),
-        _ => unreachable!("only quantized blocks are repacked"),
-    }
-    out
+    let repack = dtype.format().int8.expect("only int8 formats are repacked");
+    (repack.block_levels)(block)
 }
 
 #[cfg(test)]
@@ -373,7 +358,7 @@ mod tests {
 
     #[test]
     fn tile_offsets_cover_the_bytes_once() {
-        let l = I8Layout::new(4, 8, 2, 64, 48, 200, 40);
+        let l = I8Layout::new(GgmlType::Q4_0, 8, 2, 64, 48, 200, 40);
         let mut seen = vec![0u8; l.bytes()];
         for p in 0..l.panels() {
             for kb in 0..l.k_blocks() {
@@ -391,7 +376,7 @@ mod tests {
     #[test]
     fn threaded_repack_equals_serial() {
         let w = quantize_symmetric(&Rng::new(9).vec_f32(320 * 70), 320, 70, 4, 32);
-        let l = I8Layout::new(4, 8, 2, 64, 32, 320, 70);
+        let l = I8Layout::new(GgmlType::Q4_0, 8, 2, 64, 32, 320, 70);
         let (a, b) = (l.repack(&w), l.repack_threads(&w, 3));
         assert_eq!((&*a.w, &a.sc), (&*b.w, &b.sc));
     }
@@ -399,7 +384,7 @@ mod tests {
     #[test]
     fn activations_round_trip_within_half_a_step() {
         let x = Rng::new(2).vec_f32(2 * 70);
-        let a = quantize_activations(&x, 2, 70, 96, 4);
+        let a = quantize_activations(&x, 2, 70, 96, GgmlType::Q4_0);
         for r in 0..2 {
             for i in 0..96 {
                 let d = a.d[r * 3 + i / 32];
@@ -419,12 +404,11 @@ mod tests {
     #[test]
     fn row_pairs_hold_the_same_levels() {
         let x = Rng::new(8).vec_f32(3 * 70);
-        let plain = quantize_activations(&x, 3, 70, 96, 4);
+        let plain = quantize_activations(&x, 3, 70, 96, GgmlType::Q4_0);
         let fmt = ActFormat {
-            bits: 4,
+            bias: 8,
             row_pairs: true,
             scale: 0.0625,
-            codebook: false,
         };
         let pairs = quantize_activations_as(&x, 3, 70, 96, fmt);
         assert_eq!(pairs.q.len(), 4 * 96);
@@ -452,7 +436,7 @@ mod tests {
         // with the source levels.
         let (k, n) = (64, 8);
         let w = quantize_symmetric(&Rng::new(6).vec_f32(k * n), k, n, 4, 32);
-        let l = I8Layout::new(4, 2, 4, 64, 8, k, n).grouped(8, true);
+        let l = I8Layout::new(GgmlType::Q4_0, 2, 4, 64, 8, k, n).grouped(8, true);
         assert_eq!(l.name(), "Q4_0_8_8");
         let p = l.repack(&w);
         let bytes = p.w.as_bytes();
@@ -483,9 +467,7 @@ mod tests {
         let (k, n) = (64, 8);
         let w = GgmlMatrix::quantize_iq4_nl(&Rng::new(12).vec_f32(k * n), k, n);
         for (lanes, t_u, gb) in [(4, 2, 4), (2, 4, 8)] {
-            let l = I8Layout::new(4, lanes, t_u, 64, 8, k, n)
-                .grouped(gb, true)
-                .with_codebook(true);
+            let l = I8Layout::new(GgmlType::IQ4_NL, lanes, t_u, 64, 8, k, n).grouped(gb, true);
             assert!(!l.signed && l.x_scale() == 1.0);
             assert_eq!(l.name(), format!("IQ4_NL_8_{gb}"));
             let p = l.repack(&w);
@@ -515,10 +497,7 @@ mod tests {
         // The oracle reads levels through the codebook, and the activations
         // carry no bias correction.
         let x = Rng::new(13).vec_f32(k);
-        let fmt = ActFormat {
-            codebook: true,
-            ..ActFormat::plain(4)
-        };
+        let fmt = ActFormat::plain(GgmlType::IQ4_NL);
         let xa = quantize_activations_as(&x, 1, k, k, fmt);
         assert!(xa.c.iter().all(|&c| c == 0));
         let y = reference_i8(&w, &xa, 1);

@@ -3,7 +3,7 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
-use kgen::format::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::ggml::GgmlMatrix;
 use kgen::format::gptq::GptqMatrix;
 use kgen::layout::act::{quantize_activations, reference_i8};
 use kgen_runtime::Group;
@@ -65,8 +65,7 @@ pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
 /// of |terms|.
 pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
     let k_pad = w.k;
-    let bits = if w.dtype == GgmlType::Q4_0 { 4 } else { 8 };
-    let xa = quantize_activations(x, m, k, k_pad, bits);
+    let xa = quantize_activations(x, m, k, k_pad, w.dtype);
     let want = reference_i8(w, &xa, m);
     let deq = w.dequantize();
     for r in 0..m {

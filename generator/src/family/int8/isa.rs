@@ -208,7 +208,7 @@ impl I8Isa {
     /// Codebook formats need the `lut` primitive, which the SVE emitter (whole
     /// asm loops) does not have: SVE machines run them on i8mm or dotprod.
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
-        if spec.codebook && self.sve_bits.is_some() {
+        if spec.codebook() && self.sve_bits.is_some() {
             return Err(format!(
                 "int8 ISA {} has no {} kernels (its asm emitter has no table lookup); \
                  SVE CPUs run {} on i8mm or dotprod",

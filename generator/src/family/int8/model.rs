@@ -15,7 +15,7 @@ use crate::target::TargetDesc;
 /// weight vectors (and their high nibbles), two activation vectors, and two
 /// constants (nibble mask, word of ones).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
-    let weights = if spec.bits == 4 {
+    let weights = if spec.bits() == 4 {
         2 * tile.t_sub
     } else {
         tile.t_sub
@@ -33,22 +33,22 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     };
     if isa.sve_bits.is_some() {
         // The SVE emitter's own register map (activations share scratch).
-        return crate::family::int8::emit::sve::registers(spec.bits, tile.t_sub, tile.m_r);
+        return crate::family::int8::emit::sve::registers(spec.bits(), tile.t_sub, tile.m_r);
     }
     // Codebook kernels keep the table in a register too.
-    accumulators + weights + 2 + 2 + usize::from(spec.codebook)
+    accumulators + weights + 2 + 2 + usize::from(spec.codebook())
 }
 
 /// Vector work of one 32-value block of one micro tile, as the emitter
 /// writes it: (vector ALU uops, loads, dot/matrix instructions).
 fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
     let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
-    let four = spec.bits == 4;
+    let four = spec.bits() == 4;
     if isa.group_bytes == 8 {
         // Column pairs; chunks of 8 bytes per column.
         let chunks = if four { 2.0 } else { 4.0 };
         // Codebook: mask, shift and two table lookups per chunk.
-        let unpack = match (four, spec.codebook) {
+        let unpack = match (four, spec.codebook()) {
             (true, true) => 4.0 * chunks * t,
             (true, false) => 2.0 * chunks * t,
             _ => 0.0,
@@ -66,8 +66,8 @@ fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
         let loads = t * chunks + 4.0 * pairs + pairs + t;
         return (unpack + dots + fold, loads, dots);
     }
-    let chunks = spec.bits as f64; // 4-byte chunks per column per block
-    if spec.codebook {
+    let chunks = spec.bits() as f64; // 4-byte chunks per column per block
+    if spec.codebook() {
         // Unpack (mask, shift + mask) and two table lookups per chunk, then
         // two signed x signed dots per chunk and row; no bias to remove.
         let unpack = 5.0 * t * chunks / 2.0;
@@ -111,7 +111,7 @@ fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
 /// f16 scale (bits + 0.5 per value), f32 outputs, for m_r rows.
 pub fn l1_bits(spec: &I8Spec, m_r: usize, m_b: usize, t_b: usize) -> u64 {
     let (m_r, m_b, t_b) = (m_r as u64, m_b as u64, t_b as u64);
-    8 * m_r * m_b + (2 * spec.bits as u64 + 1) * m_b * t_b / 2 + 32 * m_r * t_b
+    8 * m_r * m_b + (2 * spec.bits() as u64 + 1) * m_b * t_b / 2 + 32 * m_r * t_b
 }
 
 /// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
@@ -129,13 +129,13 @@ pub fn predict(
         .max(loads / t.core.load_units.max(1) as f64)
         .max(dot_calls / t.core.dot_units.max(1) as f64);
     let tw = (isa.lanes * tile.t_sub) as f64;
-    let bytes = tw * (4.0 * spec.bits as f64 + 2.0);
+    let bytes = tw * (4.0 * spec.bits() as f64 + 2.0);
     let rows = spec.op.rows() as f64;
     let passes = (rows / tile.m_r as f64).ceil();
     let compute_gbs = bytes * t.core.ghz / (cycles * passes);
     let eff = n as f64 / round_up(n, isa.lanes * tile.t_u) as f64;
     let gbs = compute_gbs.min(t.memory.bandwidth_per_core_gbs) * eff;
-    let weight_bytes = (k * n) as f64 * (4.0 * spec.bits as f64 + 2.0) / QK as f64;
+    let weight_bytes = (k * n) as f64 * (4.0 * spec.bits() as f64 + 2.0) / QK as f64;
     let gflops = 2.0 * rows * (k * n) as f64 / (weight_bytes / (gbs * 1e9)) / 1e9;
     (gbs, gflops)
 }
@@ -212,7 +212,7 @@ pub fn plan(
     let max_lhs = blocks.iter().map(|b| b.0).max().unwrap_or(0);
     let traffic = |&(_, m_b, t_b): &(u64, usize, usize)| {
         let (m_r, m_b, t_b) = (tile.m_r as f64, m_b as f64, t_b as f64);
-        (m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * (2.0 * spec.bits as f64 + 1.0) / 16.0)
+        (m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * (2.0 * spec.bits() as f64 + 1.0) / 16.0)
     };
     let (lhs, m_b, t_b) = blocks
         .iter()

@@ -1,72 +1,96 @@
-//! What an int8-family kernel computes: the weight format and the operation.
+//! What an int8-family kernel computes: the weight format (a row of the
+//! format table that the int8 family runs) and the operation.
 
-use crate::format::ggml::{GgmlType, IQ4_NL_VALUES};
-use crate::spec::Op;
-use serde::Serialize;
+use crate::format::row::{Format, GgmlType};
+use crate::format::table::{by_tag, int8_formats};
+use crate::spec::{Op, SpecError};
+use serde::{Serialize, Serializer};
 
-/// An int8-family format: Q4_0-like (4) or Q8_0-like (8) weights, or (with
-/// `codebook`) IQ4_NL's 4-bit indices into [`IQ4_NL_VALUES`]; blocks of 32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// An int8-family kernel's weight format and operation.
+#[derive(Clone, Copy, Debug)]
 pub struct I8Spec {
     pub op: Op,
-    pub bits: u32,
-    /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.
-    pub codebook: bool,
+    pub format: &'static Format,
+}
+
+impl PartialEq for I8Spec {
+    fn eq(&self, other: &I8Spec) -> bool {
+        self.op == other.op && self.format.tag == other.format.tag
+    }
+}
+
+impl Eq for I8Spec {}
+
+impl Serialize for I8Spec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Out {
+            op: Op,
+            format: &'static str,
+            bits: u32,
+            codebook: bool,
+        }
+        Out {
+            op: self.op,
+            format: self.format.tag,
+            bits: self.bits(),
+            codebook: self.codebook(),
+        }
+        .serialize(s)
+    }
 }
 
 impl I8Spec {
-    pub fn new(op: Op, bits: u32) -> Result<I8Spec, crate::spec::SpecError> {
-        if bits != 4 && bits != 8 {
-            return Err(crate::spec::SpecError(format!(
-                "int8-activation kernels take 4-bit (Q4_0) or 8-bit (Q8_0) weights, not {bits}"
+    /// The int8 kernel for `format`, or why there is none.
+    pub fn for_format(op: Op, format: &'static Format) -> Result<I8Spec, SpecError> {
+        if format.int8.is_none() {
+            return Err(SpecError(format!(
+                "{} has no int8-activation kernels (int8 formats: {})",
+                format.name,
+                int8_formats().map(|f| f.tag).collect::<Vec<_>>().join(", ")
             )));
         }
-        Ok(I8Spec {
-            op,
-            bits,
-            codebook: false,
-        })
+        Ok(I8Spec { op, format })
     }
 
-    /// IQ4_NL: 4-bit indices into a 16-entry int8 codebook.
-    pub fn iq4_nl(op: Op) -> I8Spec {
-        I8Spec {
-            op,
-            bits: 4,
-            codebook: true,
+    /// kgen's symmetric `bits`-bit weights, stored as Q4_0 (4) or Q8_0 (8).
+    pub fn new(op: Op, bits: u32) -> Result<I8Spec, SpecError> {
+        match bits {
+            4 => Ok(I8Spec::for_format(op, GgmlType::Q4_0.format())?),
+            8 => Ok(I8Spec::for_format(op, GgmlType::Q8_0.format())?),
+            _ => Err(SpecError(format!(
+                "int8-activation kernels take 4-bit (Q4_0) or 8-bit (Q8_0) symmetric weights, not {bits}"
+            ))),
         }
     }
 
-    /// The format named by its tag (`q4_0`, `q8_0`, `iq4_nl`).
+    /// The int8 format named by its tag (`q4_0`, `q8_0`, `iq4_nl`, ...).
     pub fn from_tag(op: Op, tag: &str) -> Option<I8Spec> {
-        match tag {
-            "q4_0" => Some(I8Spec::new(op, 4).expect("4 bits")),
-            "q8_0" => Some(I8Spec::new(op, 8).expect("8 bits")),
-            "iq4_nl" => Some(I8Spec::iq4_nl(op)),
-            _ => None,
-        }
+        by_tag(tag).and_then(|f| I8Spec::for_format(op, f).ok())
     }
 
-    /// `q4_0` / `q8_0` / `iq4_nl`.
+    /// Bits per level in the packed layout (4, 5 or 8).
+    pub fn bits(&self) -> u32 {
+        self.format.int8.map_or(self.format.bits, |r| r.layout_bits)
+    }
+
+    /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.
+    pub fn codebook(&self) -> bool {
+        self.format.codebook().is_some()
+    }
+
+    /// The table tag, `q4_0` / `q8_0` / `iq4_nl`.
     pub fn format_tag(&self) -> String {
-        if self.codebook {
-            "iq4_nl".into()
-        } else {
-            format!("q{}_0", self.bits)
-        }
+        self.format.tag.to_string()
     }
 
     /// The GGUF type the kernels read.
     pub fn source_type(&self) -> GgmlType {
-        match (self.bits, self.codebook) {
-            (4, true) => GgmlType::Iq4Nl,
-            (4, false) => GgmlType::Q4_0,
-            _ => GgmlType::Q8_0,
-        }
+        GgmlType(self.format)
     }
 
     /// The codebook of a codebook format.
     pub fn codebook_values(&self) -> Option<&'static [i8; 16]> {
-        self.codebook.then_some(&IQ4_NL_VALUES)
+        self.format.codebook()
     }
 }

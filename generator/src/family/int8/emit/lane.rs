@@ -28,7 +28,7 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let l = p.lanes;
     let chunk = 4 * l; // bytes per chunk per column group
-    let chunks = p.spec.bits as usize;
+    let chunks = p.spec.bits() as usize;
     let fv = |r: usize, t: usize| format_ident!("f_{}_{}", r, t);
     let iv = |r: usize, t: usize| format_ident!("i_{}_{}", r, t);
     let mut init = TokenStream::new();
@@ -44,13 +44,13 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
         }
     }
     let mut block = TokenStream::new();
-    if p.spec.bits == 4 {
+    if p.spec.bits() == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         // Codebook nibbles are indices: looked up (signed int8 levels) and
         // dotted signed x signed straight into i32; plain nibbles go through
         // the template's block accumulator.
         let unpack = |half: &str, wv: &proc_macro2::Ident| {
-            if p.spec.codebook {
+            if p.spec.codebook() {
                 let idx = format_ident!("idx_{}", half);
                 quote! { ops::lut(ops::#idx(#wv)) }
             } else {
@@ -58,7 +58,14 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
                 quote! { ops::#nib(#wv) }
             }
         };
-        let acc = format_ident!("{}", if p.spec.codebook { "dot_s" } else { "pair_acc" });
+        let acc = format_ident!(
+            "{}",
+            if p.spec.codebook() {
+                "dot_s"
+            } else {
+                "pair_acc"
+            }
+        );
         for g in 0..chunks {
             for t in 0..t_sub {
                 let (wv, lo, hi) = (
@@ -123,7 +130,7 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
         let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
         let row = lit(r);
         fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
-        if p.spec.bits == 4 && !isa.signed_nibbles && !p.spec.codebook {
+        if p.spec.bits() == 4 && !isa.signed_nibbles && !p.spec.codebook() {
             fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
         }
         for t in 0..t_sub {
@@ -131,8 +138,8 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
             // 4-bit blocks accumulate in the template's block form (i16 pairs
             // on maddubs ISAs); 8-bit ones directly in i32. Only unsigned
             // nibbles carry a bias to remove.
-            let sum = match (p.spec.bits, isa.signed_nibbles) {
-                _ if p.spec.codebook => quote! { #i },
+            let sum = match (p.spec.bits(), isa.signed_nibbles) {
+                _ if p.spec.codebook() => quote! { #i },
                 (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
                 (4, true) => quote! { ops::block_sum(#i) },
                 _ => quote! { #i },

@@ -8,7 +8,7 @@ use quote::{format_ident, quote};
 /// Bytes of a column group's chunk and chunks per block.
 pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
     let chunk = p.lanes * isa.group_bytes;
-    (chunk, 4 * p.spec.bits as usize / isa.group_bytes)
+    (chunk, 4 * p.spec.bits() as usize / isa.group_bytes)
 }
 
 /// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value

@@ -38,13 +38,13 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
         );
         let off = lit((g * p.tile.t_u + t) * chunk);
         out.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
-        if p.spec.codebook {
+        if p.spec.codebook() {
             // Codebook indices to signed int8 levels (table lookup).
             out.extend(quote! {
                 let #lo = ops::lut(ops::idx_lo(#wv));
                 let #hi = ops::lut(ops::idx_hi(#wv));
             });
-        } else if p.spec.bits == 4 {
+        } else if p.spec.bits() == 4 {
             out.extend(quote! {
                 let #lo = ops::nib_lo(#wv);
                 let #hi = ops::nib_hi(#wv);
@@ -78,7 +78,7 @@ pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     }
     for g in 0..chunks {
         body.extend(load_weights(p, isa, g));
-        if p.spec.bits == 4 {
+        if p.spec.bits() == 4 {
             // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
             let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
             body.extend(quote! {
@@ -160,7 +160,7 @@ pub fn micro_mmla(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
         body.extend(load_weights(p, isa, g));
         for q in 0..pairs {
             let row = lit(q);
-            if p.spec.bits == 4 {
+            if p.spec.bits() == 4 {
                 // 16 activation bytes per 8 values of the pair: values
                 // 16g.. (low nibbles) and 16g + 8.. (high).
                 let (ol, oh) = (lit(32 * g), lit(32 * g + 16));

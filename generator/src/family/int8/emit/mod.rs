@@ -61,11 +61,11 @@ pub fn emit_file(
             h,
             "//   format:   {} ({}), op {}",
             p.spec.format_tag(),
-            if p.spec.codebook {
+            if p.spec.codebook() {
                 "4-bit codebook indices, table lookup to signed int8"
-            } else if p.spec.bits == 4 && isa.signed_nibbles {
+            } else if p.spec.bits() == 4 && isa.signed_nibbles {
                 "4-bit, signed nibbles"
-            } else if p.spec.bits == 4 {
+            } else if p.spec.bits() == 4 {
                 "4-bit, nibbles + 8"
             } else {
                 "8-bit signed"
@@ -83,9 +83,9 @@ pub fn emit_file(
             p.layout_name(),
             p.lanes * p.tile.t_u,
             isa.group_bytes,
-            if p.spec.codebook {
+            if p.spec.codebook() {
                 ", unsigned nibble indices"
-            } else if isa.signed_nibbles && p.spec.bits == 4 {
+            } else if isa.signed_nibbles && p.spec.bits() == 4 {
                 ", signed nibbles read as 16 q"
             } else {
                 ""
@@ -152,7 +152,7 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let tf = crate::emit::target_feature_attr(isa.features);
     let features = isa.features;
     let isa_name = isa.name;
-    let bits = p.spec.bits;
+    let bits = p.spec.bits();
     let (lanes, t_u, m_r, m_b, t_b) = (
         lit(p.lanes),
         lit(p.tile.t_u),
@@ -162,7 +162,7 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     );
     let t_sub = lit(p.tile.t_sub);
     let group_bytes = lit(isa.group_bytes);
-    let signed = isa.signed_nibbles && p.spec.bits == 4 && !p.spec.codebook;
+    let signed = isa.signed_nibbles && p.spec.bits() == 4 && !p.spec.codebook();
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
@@ -264,7 +264,7 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
 
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let tw = lit(p.tile.t_u * p.lanes);
-    let block_bytes = lit(4 * p.spec.bits as usize);
+    let block_bytes = lit(4 * p.spec.bits() as usize);
     // A micro kernel covers t_sub of the tile's t_u column groups.
     let (subs, sub_cols, sub_bytes) = (
         lit(p.tile.t_u / p.tile.t_sub),

@@ -115,9 +115,9 @@ fn lit(v: usize) -> Literal {
 /// The asm template of a micro kernel: one line per instruction, operands
 /// named as in the module documentation (`{{`/`}}` are literal braces).
 pub fn asm_lines(p: &I8Plan, rows: usize) -> Vec<String> {
-    let map = Regs::new(p.spec.bits, p.tile.t_sub, rows);
+    let map = Regs::new(p.spec.bits(), p.tile.t_sub, rows);
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
-    let chunks = p.spec.bits as usize; // 4-byte chunks per column per block
+    let chunks = p.spec.bits() as usize; // 4-byte chunks per column per block
     let chunk_bytes = 4 * p.lanes; // one vector
     let mut out = Vec::new();
     let mut line = |s: String| out.push(s);
@@ -229,7 +229,7 @@ pub fn asm_lines(p: &I8Plan, rows: usize) -> Vec<String> {
 /// A micro kernel for `rows` activation rows and the plan's `t_sub` column
 /// groups: the same signature as the intrinsic emitters' `micro_r{rows}`.
 pub fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
-    let map = Regs::new(p.spec.bits, p.tile.t_sub, rows);
+    let map = Regs::new(p.spec.bits(), p.tile.t_sub, rows);
     assert!(
         map.fits(),
         "sve micro tile {rows}x{} does not fit the register map ({} registers)",

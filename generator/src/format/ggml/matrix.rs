@@ -1,0 +1,227 @@
+//! GGML weight blocks as GGUF files store them (F32, F16, Q4_0, Q8_0,
+//! IQ4_NL), with the reference quantizer and dequantizer.
+//!
+//! A GGUF weight tensor has `ne[0] = K` (contiguous, input features) and
+//! `ne[1] = N` (rows, output features). Each row is a run of blocks along K:
+//!
+//! | type | values / block | bytes / block | block                                   |
+//! |------|----------------|---------------|-----------------------------------------|
+//! | F32  | 1              | 4             | `f32` little-endian                     |
+//! | F16  | 1              | 2             | IEEE binary16 little-endian             |
+//! | Q4_0 | 32             | 18            | `f16 d`, 16 bytes: byte `b` holds element `b` in its low nibble and `b + 16` in its high nibble; value `(nibble - 8) * d` |
+//! | Q8_0 | 32             | 34            | `f16 d`, 32 `i8` `q`; value `q * d`      |
+//! | IQ4_NL | 32           | 18            | `f16 d`, 16 bytes of 4-bit indices in Q4_0's nibble order; value `d * IQ4_NL_VALUES[index]` |
+//!
+//! Our convention is `y = x W` with `W` K x N, so `W[i][j]` is element `i` of
+//! GGUF row `j`.
+//!
+//! The arithmetic is that of llama.cpp's gguf-py (`gguf.quants`), which works
+//! in numpy float32; [`GgmlMatrix::dequantize`] and the quantizers reproduce
+//! it bit for bit (the tests in `runtime/tests/gguf.rs` compare against it).
+//! Each format's codec is its own file beside this one, and its row is in
+//! [`crate::format::table`].
+
+use crate::format::error::FormatError;
+use crate::format::ggml::numpy::read_f16;
+use crate::format::row::{GgmlType, QK};
+
+/// A weight matrix as GGUF stores it: `n` rows (output features) of `k`
+/// values (input features), each row a sequence of blocks along `k`.
+/// `W` (K x N, `y = x W`) has `W[i][j]` = row `j`, element `i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GgmlMatrix {
+    pub k: usize,
+    pub n: usize,
+    pub dtype: GgmlType,
+    /// `n` rows of [`GgmlMatrix::row_bytes`] bytes.
+    pub data: Vec<u8>,
+}
+
+impl GgmlMatrix {
+    /// Blocks per row.
+    pub fn blocks_per_row(&self) -> usize {
+        self.k / self.dtype.block_values()
+    }
+
+    /// Bytes per row (of a matrix whose `k` is a whole number of blocks).
+    pub fn row_bytes(&self) -> usize {
+        self.blocks_per_row() * self.dtype.block_bytes()
+    }
+
+    /// Checks the shape, the data length and that every block scale is finite.
+    pub fn validate(&self) -> Result<(), FormatError> {
+        if self.k == 0 || self.n == 0 {
+            return Err(FormatError(format!(
+                "empty {} matrix {}x{}",
+                self.dtype, self.k, self.n
+            )));
+        }
+        let row = self.dtype.row_bytes(self.k).ok_or_else(|| {
+            FormatError(format!(
+                "{} needs K to be a multiple of {}, got K = {}",
+                self.dtype,
+                self.dtype.block_values(),
+                self.k
+            ))
+        })?;
+        let want = row.checked_mul(self.n).ok_or_else(|| {
+            FormatError(format!(
+                "{} matrix {}x{} is too large",
+                self.dtype, self.k, self.n
+            ))
+        })?;
+        if self.data.len() != want {
+            return Err(FormatError(format!(
+                "{} matrix K={} N={} needs {want} bytes, got {}",
+                self.dtype,
+                self.k,
+                self.n,
+                self.data.len()
+            )));
+        }
+        if self.dtype.is_quantized() {
+            for (b, blk) in self.data.chunks_exact(self.dtype.block_bytes()).enumerate() {
+                let d = read_f16(blk);
+                if !d.is_finite() {
+                    let per_row = self.blocks_per_row();
+                    return Err(FormatError(format!(
+                        "{} scale {d} of row {} block {} is not finite",
+                        self.dtype,
+                        b / per_row,
+                        b % per_row
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of GGUF row `row` (column `row` of `W`).
+    ///
+    /// Panics if `row >= n` or the data is shorter than the shape needs.
+    pub fn row(&self, row: usize) -> &[u8] {
+        assert!(row < self.n, "row {row} of a matrix with {} rows", self.n);
+        let rb = self.row_bytes();
+        &self.data[row * rb..(row + 1) * rb]
+    }
+
+    /// The bytes of block `blk` of GGUF row `row` (values
+    /// `blk * block_values ..` of column `row` of `W`).
+    ///
+    /// Panics if out of range.
+    pub fn block(&self, row: usize, blk: usize) -> &[u8] {
+        assert!(
+            blk < self.blocks_per_row(),
+            "block {blk} of a row with {} blocks",
+            self.blocks_per_row()
+        );
+        let bb = self.dtype.block_bytes();
+        &self.row(row)[blk * bb..(blk + 1) * bb]
+    }
+
+    /// The scale `d` of a quantized block, converted to f32 (1.0 for the float
+    /// types).
+    pub fn scale(&self, row: usize, blk: usize) -> f32 {
+        if self.dtype.is_quantized() {
+            read_f16(self.block(row, blk))
+        } else {
+            1.0
+        }
+    }
+
+    /// Dequantized `W[i][j]`.
+    ///
+    /// Panics if out of range.
+    pub fn get(&self, i: usize, j: usize) -> f32 {
+        assert!(i < self.k, "element {i} of K = {}", self.k);
+        let bv = self.dtype.block_values();
+        let mut vals = [0f32; QK];
+        (self.dtype.0.dequantize)(self.block(j, i / bv), &mut vals[..bv]);
+        vals[i % bv]
+    }
+
+    /// Dequantizes the whole matrix, K x N row-major (`W[i][j]` at `i * n + j`),
+    /// bit for bit what gguf-py's `dequantize` gives (transposed).
+    ///
+    /// Panics if `k` is not a whole number of blocks or the data is shorter
+    /// than the shape needs (see [`GgmlMatrix::validate`]).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let (k, n) = (self.k, self.n);
+        let bv = self.dtype.block_values();
+        let bb = self.dtype.block_bytes();
+        assert!(
+            k.is_multiple_of(bv),
+            "{} needs K to be a multiple of {bv}, got {k}",
+            self.dtype
+        );
+        let rb = self.row_bytes();
+        assert!(
+            self.data.len() >= rb * n,
+            "{} matrix K={k} N={n} needs {} bytes, has {}",
+            self.dtype,
+            rb * n,
+            self.data.len()
+        );
+        let mut out = vec![0f32; k * n];
+        let mut vals = [0f32; QK];
+        for j in 0..n {
+            let row = &self.data[j * rb..(j + 1) * rb];
+            for (b, blk) in row.chunks_exact(bb).enumerate() {
+                (self.dtype.0.dequantize)(blk, &mut vals[..bv]);
+                for (t, &v) in vals[..bv].iter().enumerate() {
+                    out[(b * bv + t) * n + j] = v;
+                }
+            }
+        }
+        out
+    }
+
+    /// Encodes `w` (K x N row-major) as `dtype`, the way gguf-py's
+    /// `gguf.quants.quantize` does (F16: round to nearest even; IQ4_NL, which
+    /// gguf-py cannot quantize: [`GgmlMatrix::quantize_iq4_nl`]).
+    ///
+    /// Panics if `w.len() != k * n` or `k` is not a whole number of blocks.
+    pub fn quantize(w: &[f32], k: usize, n: usize, dtype: GgmlType) -> GgmlMatrix {
+        assert_eq!(w.len(), k * n, "weights are not {k} x {n}");
+        let bv = dtype.block_values();
+        let row_bytes = dtype
+            .row_bytes(k)
+            .unwrap_or_else(|| panic!("{dtype} needs K to be a multiple of {bv}, got {k}"));
+        let mut data = Vec::with_capacity(row_bytes * n);
+        let mut col = vec![0f32; k];
+        for j in 0..n {
+            for (i, c) in col.iter_mut().enumerate() {
+                *c = w[i * n + j];
+            }
+            col.chunks_exact(bv)
+                .for_each(|b| (dtype.0.quantize)(b, &mut data));
+        }
+        GgmlMatrix { k, n, dtype, data }
+    }
+
+    /// Q4_0 of `w` (K x N row-major): per block `d = max / -8` where `max` is
+    /// the first value of largest magnitude (sign kept), `q = min(15,
+    /// trunc(v / d + 8.5))`, all in f32, `d` stored as f16. Panics unless
+    /// `k % 32 == 0` and `w.len() == k * n`.
+    pub fn quantize_q4_0(w: &[f32], k: usize, n: usize) -> GgmlMatrix {
+        Self::quantize(w, k, n, GgmlType::Q4_0)
+    }
+
+    /// Q8_0 of `w` (K x N row-major): per block `d = max|v| / 127`, `q =
+    /// round(v * (1 / d))` half away from zero, all in f32, `d` stored as f16.
+    /// Panics unless `k % 32 == 0` and `w.len() == k * n`.
+    pub fn quantize_q8_0(w: &[f32], k: usize, n: usize) -> GgmlMatrix {
+        Self::quantize(w, k, n, GgmlType::Q8_0)
+    }
+
+    /// IQ4_NL of `w` (K x N row-major), kgen's own quantizer (gguf-py has
+    /// none): per block the scale with the least `v^2`-weighted squared error
+    /// among least-squares fits for 16 candidate index assignments (the
+    /// largest magnitude mapped to `+127`, or to `-127 + t` for `|t| <= 7`),
+    /// indices the nearest codebook values, all in f32, `d` stored as f16; an
+    /// all-zero block (max |v| < 1e-15) is `d = 0`. Panics unless
+    /// `k % 32 == 0` and `w.len() == k * n`.
+    pub fn quantize_iq4_nl(w: &[f32], k: usize, n: usize) -> GgmlMatrix {
+        Self::quantize(w, k, n, GgmlType::IQ4_NL)
+    }
+}

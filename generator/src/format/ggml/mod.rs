@@ -1,0 +1,19 @@
+//! GGML weight blocks as GGUF files store them: one codec file per format
+//! (its table row, reference quantizer and dequantizer, bit for bit what
+//! gguf-py computes), and the matrix type that holds a tensor of blocks.
+
+pub mod float;
+pub mod iq4_nl;
+pub mod matrix;
+pub mod numpy;
+pub mod q4_0;
+pub mod q8_0;
+
+pub use crate::format::row::{GgmlType, QK};
+pub use crate::format::table::{type_name, type_size, GGML_TYPES};
+pub use iq4_nl::VALUES as IQ4_NL_VALUES;
+pub use matrix::GgmlMatrix;
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

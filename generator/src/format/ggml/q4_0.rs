@@ -1,0 +1,55 @@
+//! GGUF Q4_0 (type 2): blocks of 32 values, an f16 scale `d` and 16 bytes;
+//! byte `b` holds value `b` in its low nibble and `b + 16` in its high one;
+//! the weight is `d * (nibble - 8)`.
+
+use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
+use crate::format::row::{Format, Int8Repack, Levels, QK};
+
+pub const Q4_0: Format = Format {
+    tag: "q4_0",
+    name: "Q4_0",
+    gguf_type: 2,
+    block: QK,
+    super_block: QK,
+    block_bytes: 2 + QK / 2,
+    bits: 4,
+    f16_scale: true,
+    levels: Levels::Offset(8),
+    dequantize,
+    quantize,
+    int8: Some(Int8Repack {
+        layout_bits: 4,
+        block_levels: nibbles,
+    }),
+};
+
+/// The 32 stored 4-bit levels of a block in Q4_0's nibble order (IQ4_NL
+/// stores its indices the same way).
+pub(crate) fn nibbles(block: &[u8]) -> [u8; QK] {
+    let mut out = [0u8; QK];
+    for i in 0..QK / 2 {
+        out[i] = block[2 + i] & 0x0F;
+        out[i + QK / 2] = block[2 + i] >> 4;
+    }
+    out
+}
+
+fn dequantize(blk: &[u8], out: &mut [f32]) {
+    let d = read_f16(blk);
+    for (b, &byte) in blk[2..2 + QK / 2].iter().enumerate() {
+        out[b] = d * ((byte & 0x0f) as i8 - 8) as f32;
+        out[b + QK / 2] = d * ((byte >> 4) as i8 - 8) as f32;
+    }
+}
+
+/// One block, as gguf-py's `Q4_0.quantize_blocks`.
+fn quantize(x: &[f32], out: &mut Vec<u8>) {
+    let max = x[argmax_abs(x)];
+    let d = max / -8.0;
+    let id = if d == 0.0 { 0.0 } else { 1.0 / d };
+    let q = |v: f32| -> u8 { (np_cast_i64((v * id + 8.5).trunc()) as u8).min(15) };
+    write_f16(out, d);
+    for b in 0..QK / 2 {
+        out.push(q(x[b]) | (q(x[b + QK / 2]) << 4));
+    }
+}

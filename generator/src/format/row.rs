@@ -1,0 +1,168 @@
+//! One weight format as data, as ggml's `type_traits`: what a block holds,
+//! how to decode and encode it, and how the int8 family runs it. Code around
+//! the formats reads these fields; it never matches on a format's name.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// Values per block of the 32-value GGML formats, and of the int8 family's
+/// activation blocks.
+pub const QK: usize = 32;
+
+/// How a block's integer levels map to weights (before the block scale).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Levels {
+    /// Not quantized (F32, F16).
+    Float,
+    /// Stored unsigned `q`; the weight is `d * (q - offset)` (Q4_0: 8,
+    /// Q5_0: 16). Kernels take unsigned dots and remove `offset * sum(x)`
+    /// once per block through the activation sums.
+    Offset(i32),
+    /// Stored as `i8`; the weight is `d * q` (Q8_0).
+    Signed,
+    /// Stored 4-bit indices into an int8 codebook; the weight is
+    /// `d * codebook[q]` (IQ4_NL). The codebook belongs to the format.
+    Codebook(&'static [i8; 16]),
+}
+
+/// How the int8-activation family stores and reads a format.
+#[derive(Clone, Copy, Debug)]
+pub struct Int8Repack {
+    /// Bits per level in the packed layout: 4 (two nibble planes), 5 (the
+    /// nibble planes plus a plane of fifth bits) or 8 (bytes).
+    pub layout_bits: u32,
+    /// The stored level of each of a block's 32 values (unsigned level,
+    /// codebook index, or the `i8` bit pattern), in order along K.
+    pub block_levels: fn(&[u8]) -> [u8; QK],
+}
+
+/// One row of the format table ([`crate::format::table::FORMATS`]).
+#[derive(Debug)]
+pub struct Format {
+    /// The name kgen's CLI, `KGEN_SPECS` and kernel names use (`q4_0`).
+    pub tag: &'static str,
+    /// ggml's name (`Q4_0`).
+    pub name: &'static str,
+    /// The GGUF / ggml type id.
+    pub gguf_type: u32,
+    /// Values per block along K (1 for the float types).
+    pub block: usize,
+    /// Values per super-block (the block itself for flat formats).
+    pub super_block: usize,
+    /// Bytes per block.
+    pub block_bytes: usize,
+    /// Bits per stored level (16 / 32 for the float types).
+    pub bits: u32,
+    /// Each block starts with an f16 scale `d`.
+    pub f16_scale: bool,
+    pub levels: Levels,
+    /// One block to `block` values, in gguf-py's float32 arithmetic.
+    pub dequantize: fn(&[u8], &mut [f32]),
+    /// `block` values to one block, appended (kgen's reference quantizer).
+    pub quantize: fn(&[f32], &mut Vec<u8>),
+    /// How the int8 family runs it (`None`: no int8 kernels).
+    pub int8: Option<Int8Repack>,
+}
+
+impl Format {
+    /// The offset removed from stored levels (0 unless [`Levels::Offset`]).
+    pub fn offset(&self) -> i32 {
+        match self.levels {
+            Levels::Offset(o) => o,
+            _ => 0,
+        }
+    }
+
+    /// The codebook of a [`Levels::Codebook`] format.
+    pub fn codebook(&self) -> Option<&'static [i8; 16]> {
+        match self.levels {
+            Levels::Codebook(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The signed int8 value of a stored level (what a kernel multiplies).
+    pub fn level_value(&self, stored: u8) -> i32 {
+        match self.levels {
+            Levels::Offset(o) => stored as i32 - o,
+            Levels::Signed => stored as i8 as i32,
+            Levels::Codebook(c) => c[stored as usize & 15] as i32,
+            Levels::Float => stored as i32,
+        }
+    }
+}
+
+/// A GGML tensor type: a handle on its row of the format table. Compares,
+/// hashes and prints as the format.
+#[derive(Clone, Copy)]
+pub struct GgmlType(pub &'static Format);
+
+impl GgmlType {
+    pub fn format(self) -> &'static Format {
+        self.0
+    }
+
+    /// The GGUF / ggml type id.
+    pub fn id(self) -> u32 {
+        self.0.gguf_type
+    }
+
+    /// The ggml name ("Q4_0", ...).
+    pub fn name(self) -> &'static str {
+        self.0.name
+    }
+
+    /// kgen's tag ("q4_0", ...).
+    pub fn tag(self) -> &'static str {
+        self.0.tag
+    }
+
+    /// Values per block (1 for the float types).
+    pub fn block_values(self) -> usize {
+        self.0.block
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        self.0.block_bytes
+    }
+
+    pub fn is_quantized(self) -> bool {
+        self.0.block > 1
+    }
+
+    /// Bytes of one row of `k` values; `None` if `k` is not a whole number of
+    /// blocks or the size overflows.
+    pub fn row_bytes(self, k: usize) -> Option<usize> {
+        if !k.is_multiple_of(self.block_values()) {
+            return None;
+        }
+        (k / self.block_values()).checked_mul(self.block_bytes())
+    }
+}
+
+impl PartialEq for GgmlType {
+    fn eq(&self, other: &GgmlType) -> bool {
+        self.0.gguf_type == other.0.gguf_type
+    }
+}
+
+impl Eq for GgmlType {}
+
+impl Hash for GgmlType {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.0.gguf_type.hash(h)
+    }
+}
+
+impl fmt::Debug for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}
+
+impl fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.name)
+    }
+}

@@ -1,0 +1,126 @@
+//! The format table: every weight format kgen reads, one row each. The
+//! CLI's values, `KGEN_SPECS`, the int8 registry and the runtime's dispatch
+//! all look formats up here.
+//!
+//! A new format is one codec file under `format/ggml/` (its row and its
+//! reference codec), one entry in [`FORMATS`], and the template primitives
+//! its unpack needs.
+
+use crate::format::ggml::{float, iq4_nl, q4_0, q8_0};
+use crate::format::row::{Format, GgmlType};
+
+/// Every format, in the order the CLI lists them.
+pub const FORMATS: &[&Format] = &[
+    &float::F32,
+    &float::F16,
+    &q4_0::Q4_0,
+    &q8_0::Q8_0,
+    &iq4_nl::IQ4_NL,
+];
+
+impl GgmlType {
+    pub const F32: GgmlType = GgmlType(&float::F32);
+    pub const F16: GgmlType = GgmlType(&float::F16);
+    pub const Q4_0: GgmlType = GgmlType(&q4_0::Q4_0);
+    pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
+    pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
+
+    /// Every type kgen reads, in table order.
+    pub fn all() -> impl Iterator<Item = GgmlType> {
+        FORMATS.iter().map(|f| GgmlType(f))
+    }
+
+    /// The type with this GGUF id, if kgen supports it.
+    pub fn from_id(id: u32) -> Option<GgmlType> {
+        by_gguf_type(id).map(GgmlType)
+    }
+}
+
+/// The format with this tag (`q4_0`), if any.
+pub fn by_tag(tag: &str) -> Option<&'static Format> {
+    FORMATS.iter().copied().find(|f| f.tag == tag)
+}
+
+/// The format with this GGUF type id, if kgen supports it.
+pub fn by_gguf_type(id: u32) -> Option<&'static Format> {
+    FORMATS.iter().copied().find(|f| f.gguf_type == id)
+}
+
+/// The formats the int8 family runs, in table order.
+pub fn int8_formats() -> impl Iterator<Item = &'static Format> {
+    FORMATS.iter().copied().filter(|f| f.int8.is_some())
+}
+
+/// Every ggml tensor type a GGUF file may name: (id, name, values per block,
+/// bytes per block), including those kgen cannot run, so a file using them
+/// still parses and the error names the type. Ids that ggml retired (4, 5,
+/// 31-33, 36-38) are absent.
+pub const GGML_TYPES: &[(u32, &str, usize, usize)] = &[
+    (0, "F32", 1, 4),
+    (1, "F16", 1, 2),
+    (2, "Q4_0", 32, 18),
+    (3, "Q4_1", 32, 20),
+    (6, "Q5_0", 32, 22),
+    (7, "Q5_1", 32, 24),
+    (8, "Q8_0", 32, 34),
+    (9, "Q8_1", 32, 40),
+    (10, "Q2_K", 256, 84),
+    (11, "Q3_K", 256, 110),
+    (12, "Q4_K", 256, 144),
+    (13, "Q5_K", 256, 176),
+    (14, "Q6_K", 256, 210),
+    (15, "Q8_K", 256, 292),
+    (16, "IQ2_XXS", 256, 66),
+    (17, "IQ2_XS", 256, 74),
+    (18, "IQ3_XXS", 256, 98),
+    (19, "IQ1_S", 256, 50),
+    (20, "IQ4_NL", 32, 18),
+    (21, "IQ3_S", 256, 110),
+    (22, "IQ2_S", 256, 82),
+    (23, "IQ4_XS", 256, 136),
+    (24, "I8", 1, 1),
+    (25, "I16", 1, 2),
+    (26, "I32", 1, 4),
+    (27, "I64", 1, 8),
+    (28, "F64", 1, 8),
+    (29, "IQ1_M", 256, 56),
+    (30, "BF16", 1, 2),
+    (34, "TQ1_0", 256, 54),
+    (35, "TQ2_0", 256, 66),
+    (39, "MXFP4", 32, 17),
+];
+
+/// The ggml name of a type id, if it is a known type.
+pub fn type_name(id: u32) -> Option<&'static str> {
+    GGML_TYPES.iter().find(|t| t.0 == id).map(|t| t.1)
+}
+
+/// (values per block, bytes per block) of a known type id.
+pub fn type_size(id: u32) -> Option<(usize, usize)> {
+    GGML_TYPES.iter().find(|t| t.0 == id).map(|t| (t.2, t.3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_agree_with_ggml_sizes_and_tags_are_unique() {
+        for f in FORMATS {
+            assert_eq!(
+                type_size(f.gguf_type),
+                Some((f.block, f.block_bytes)),
+                "{}",
+                f.name
+            );
+            assert_eq!(type_name(f.gguf_type), Some(f.name));
+            assert_eq!(by_tag(f.tag).map(|g| g.name), Some(f.name));
+            assert_eq!(f.tag, f.name.to_ascii_lowercase());
+            assert!(f.super_block.is_multiple_of(f.block));
+        }
+        let mut tags: Vec<_> = FORMATS.iter().map(|f| f.tag).collect();
+        tags.sort();
+        tags.dedup();
+        assert_eq!(tags.len(), FORMATS.len());
+    }
+}
