@@ -64,14 +64,21 @@ fn references(code: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
             }
             None => (path.clone(), None),
         };
-        let mut candidates = vec![head.clone()];
-        if let Some(g) = group {
-            for item in g.split(',') {
-                let item = item.trim().split(" as ").next().unwrap_or("").trim();
-                if !item.is_empty() && item != "self" {
-                    candidates.push(format!("{head}::{item}"));
+        // `a::{b, c}` names `a::b` and `a::c`; `a` itself only through `self`
+        // or items of its own (resolved below to the longest module prefix).
+        let mut candidates = Vec::new();
+        match group {
+            Some(g) => {
+                for item in g.split(',') {
+                    let item = item.trim().split(" as ").next().unwrap_or("").trim();
+                    match item {
+                        "" => {}
+                        "self" => candidates.push(head.clone()),
+                        _ => candidates.push(format!("{head}::{item}")),
+                    }
                 }
             }
+            None => candidates.push(head.clone()),
         }
         for c in candidates {
             let segs: Vec<&str> = c.split("::").filter(|s| !s.is_empty()).collect();
