@@ -75,8 +75,8 @@ impl Int8Matrix {
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         for e in [&gemv, &gemm] {
-            let want = e.format;
-            if want != m.dtype.tag() {
+            let want = kgen::format::by_tag(e.format).map_or(e.format, |f| f.name);
+            if e.format != m.dtype.tag() {
                 return Err(Error::NoKernel(format!(
                     "kernel {} reads {want}, the matrix is {}",
                     e.name, m.dtype
