@@ -1,25 +1,22 @@
-//! Matrices for the int8-activation kernels: GGUF Q4_0 / Q8_0 / IQ4_NL
-//! weights (or kgen's own symmetric 4/8-bit groups), activations quantized
-//! per call.
+//! The int8 family's back-end of [`crate::Matrix`]: GGUF Q4_0 / Q8_0 /
+//! IQ4_NL weights (or kgen's own symmetric 4/8-bit groups) repacked for the
+//! int8-activation kernels, activations quantized per call.
 
-use crate::dispatch::Registry;
 use crate::error::Error;
-use crate::gguf::GgufFile;
-use crate::kernel::I8KernelEntry;
+use crate::kernel::{Int8Params, KernelEntry};
 use crate::pool::{self, Pool};
 use kgen::ggml::{GgmlMatrix, GgmlType, QK};
-use kgen::int8_layout::{
-    quantize_activations_as, quantize_symmetric, ActFormat, I8Layout, I8Packed,
-};
-use std::path::Path;
+use kgen::int8_layout::{quantize_activations_as, ActFormat, I8Layout, I8Packed};
 use std::time::Instant;
 
 /// A weight matrix `W` (K x N, `y = x W`) packed for an int8-activation kernel.
-pub struct Int8Matrix {
+pub(crate) struct Int8Matrix {
     layout: I8Layout,
     packed: I8Packed,
-    gemv: I8KernelEntry,
-    gemm: I8KernelEntry,
+    gemv: KernelEntry,
+    gemm: KernelEntry,
+    gemv_p: Int8Params,
+    gemm_p: Int8Params,
     repack_seconds: f64,
 }
 
@@ -36,44 +33,34 @@ impl std::fmt::Debug for Int8Matrix {
 }
 
 impl Int8Matrix {
-    /// Packs GGUF Q4_0 / Q8_0 / IQ4_NL weights for the best kernel of the
-    /// built-in registry.
-    pub fn from_ggml(m: &GgmlMatrix) -> Result<Int8Matrix, Error> {
-        let forced = std::env::var(crate::FORCE_ISA_ENV)
-            .ok()
-            .filter(|s| !s.is_empty());
-        Self::from_ggml_isa(Registry::builtin(), m, forced.as_deref())
-    }
-
-    /// Packs for `registry`'s kernels with `isa` forced (`None`: the best here).
-    pub fn from_ggml_isa(
-        registry: &Registry,
+    /// Packs GGUF-block weights for an explicit pair of int8-family kernels
+    /// (same layout, runnable here). `k` is the caller's K: `m.k` rounded up
+    /// to whole 32-blocks with zero weights, as [`crate::Matrix::from_f32`]
+    /// quantizes; activations are padded the same way.
+    pub(crate) fn pack(
         m: &GgmlMatrix,
-        isa: Option<&str>,
+        k: usize,
+        gemv: KernelEntry,
+        gemm: KernelEntry,
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
-        let format = match m.dtype {
-            GgmlType::Q4_0 => "q4_0",
-            GgmlType::Q8_0 => "q8_0",
-            GgmlType::Iq4Nl => "iq4_nl",
-            other => {
-                return Err(Error::Format(format!(
-                    "{other} weights have no int8 kernel: use Q4_0 / Q8_0 / IQ4_NL, or QuantMatrix for GPTQ and f32"
-                )))
-            }
-        };
-        let (gemv, gemm) = registry.select_i8_format(format, isa)?;
-        Self::from_ggml_kernels(m, gemv, gemm)
-    }
-
-    /// Packs for an explicit pair of kernels (same layout, runnable here).
-    pub fn from_ggml_kernels(
-        m: &GgmlMatrix,
-        gemv: I8KernelEntry,
-        gemm: I8KernelEntry,
-    ) -> Result<Int8Matrix, Error> {
-        m.validate()?;
-        for e in [&gemv, &gemm] {
+        if k > m.k || m.k - k >= QK {
+            return Err(Error::Shape(format!(
+                "K = {k} is not the {} rows of the matrix less padding to a 32-block",
+                m.k
+            )));
+        }
+        let mut params = [None; 2];
+        for (slot, e) in params.iter_mut().zip([&gemv, &gemm]) {
+            let Some(p) = e.int8() else {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} is an {} kernel for {}, the matrix is {}",
+                    e.name,
+                    e.family(),
+                    e.format,
+                    m.dtype
+                )));
+            };
             let want = match (e.bits, e.codebook()) {
                 (4, true) => GgmlType::Iq4Nl,
                 (4, false) => GgmlType::Q4_0,
@@ -91,6 +78,7 @@ impl Int8Matrix {
                     e.name, e.features
                 )));
             }
+            *slot = Some(*p);
         }
         if !gemv.same_layout(&gemm) {
             return Err(Error::NoKernel(format!(
@@ -98,10 +86,13 @@ impl Int8Matrix {
                 gemv.name, gemm.name
             )));
         }
-        let layout = I8Layout::new(
+        let [Some(gemv_p), Some(gemm_p)] = params else {
+            unreachable!("both checked above")
+        };
+        let mut layout = I8Layout::new(
             gemv.bits, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n,
         )
-        .grouped(gemv.group_bytes, gemv.signed)
+        .grouped(gemv_p.group_bytes, gemv_p.signed)
         .with_codebook(gemv.codebook());
         let t0 = Instant::now();
         let packed = layout.repack_threads(m, pool::global().threads());
@@ -117,99 +108,51 @@ impl Int8Matrix {
                 repack_seconds * 1e3
             );
         }
+        // K was padded to whole blocks with zero weights; keep the caller's K.
+        layout.k = k;
         Ok(Int8Matrix {
             layout,
             packed,
             gemv,
             gemm,
+            gemv_p,
+            gemm_p,
             repack_seconds,
         })
     }
 
-    /// Quantizes f32 weights (`k x n` row-major) to symmetric `bits` (4 or 8)
-    /// levels with one scale per `group` (32, 64, 128 or 256) values along K.
-    /// Group 32 is exactly GGUF Q4_0 / Q8_0.
-    pub fn from_f32(
-        w: &[f32],
-        k: usize,
-        n: usize,
-        bits: u32,
-        group: usize,
-    ) -> Result<Int8Matrix, Error> {
-        if bits != 4 && bits != 8 {
-            return Err(Error::Format(format!(
-                "int8 kernels take 4- or 8-bit weights, not {bits}"
-            )));
-        }
-        if ![32, 64, 128, 256].contains(&group) {
-            return Err(Error::Format(format!(
-                "symmetric group {group}: use 32, 64, 128 or 256"
-            )));
-        }
-        if k == 0 || n == 0 || w.len() != k * n {
-            return Err(Error::Shape(format!(
-                "{} weights given for a {k}x{n} matrix",
-                w.len()
-            )));
-        }
-        if let Some(v) = w.iter().find(|v| !v.is_finite()) {
-            return Err(Error::Format(format!("weight {v} is not finite")));
-        }
-        let mut m = Self::from_ggml(&quantize_symmetric(w, k, n, bits, group))?;
-        // K was padded to whole blocks with zero weights; keep the caller's K.
-        m.layout.k = k;
-        Ok(m)
-    }
-
-    /// Loads a Q4_0 / Q8_0 / IQ4_NL tensor from a GGUF file.
-    pub fn from_gguf(path: &Path, tensor: &str) -> Result<Int8Matrix, Error> {
-        let file = GgufFile::open(path).map_err(|e| Error::Load(e.to_string()))?;
-        let m = file
-            .matrix(tensor)
-            .map_err(|e| Error::Load(e.to_string()))?;
-        Self::from_ggml(&m)
-    }
-
-    pub fn k(&self) -> usize {
+    pub(crate) fn k(&self) -> usize {
         self.layout.k
     }
 
-    pub fn n(&self) -> usize {
+    pub(crate) fn n(&self) -> usize {
         self.layout.n
     }
 
-    pub fn gemv_kernel(&self) -> &I8KernelEntry {
+    pub(crate) fn gemv_kernel(&self) -> &KernelEntry {
         &self.gemv
     }
 
-    pub fn gemm_kernel(&self) -> &I8KernelEntry {
+    pub(crate) fn gemm_kernel(&self) -> &KernelEntry {
         &self.gemm
     }
 
-    pub fn repack_seconds(&self) -> f64 {
+    pub(crate) fn repack_seconds(&self) -> f64 {
         self.repack_seconds
     }
 
     /// Packed weight and scale bytes (what a GEMV streams).
-    pub fn weight_bytes(&self) -> usize {
+    pub(crate) fn weight_bytes(&self) -> usize {
         self.layout.bytes() + 2 * self.packed.sc.len()
-    }
-
-    pub fn gemv(&self, x: &[f32], y: &mut [f32]) -> Result<(), Error> {
-        self.gemm_on(pool::global(), x, 1, y)
-    }
-
-    pub fn gemm(&self, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
-        self.gemm_on(pool::global(), x, m, y)
     }
 
     /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
     /// 32-block first (Q8_0 arithmetic), then the kernel runs over column
     /// panels split across the pool's threads.
-    pub fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
+    pub(crate) fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
-        let kernel = if m == 1 { &self.gemv } else { &self.gemm };
+        let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
         let fmt = ActFormat {
             bits: l.bits,
             row_pairs: kernel.row_pairs,
