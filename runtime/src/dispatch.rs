@@ -160,7 +160,10 @@ impl Registry {
     /// `families` in the order selection tries them: the int8 family first
     /// where its best runnable kernel has a dot-product ISA, else the f32
     /// family first.
-    fn family_order(&self, mut families: Vec<(Family, WeightFormat)>) -> Vec<(Family, WeightFormat)> {
+    fn family_order(
+        &self,
+        mut families: Vec<(Family, WeightFormat)>,
+    ) -> Vec<(Family, WeightFormat)> {
         if families.len() > 1 {
             let int8_dot = families.iter().any(|&(family, kf)| {
                 family == Family::Int8
@@ -199,7 +202,11 @@ impl Registry {
             )));
         }
         let isas: BTreeSet<&str> = compiled.iter().map(|e| e.isa).collect();
-        let gemv = self.table.get(&(kf, Op::Gemv)).map(Vec::as_slice).unwrap_or(&[]);
+        let gemv = self
+            .table
+            .get(&(kf, Op::Gemv))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
         let pick = match forced {
             None => *gemv.first().ok_or_else(|| {
                 Error::NoKernel(format!(
@@ -251,9 +258,10 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::{FamilyParams, Int8Params, F32Params};
+    use crate::kernel::{F32Params, FamilyParams, Int8Params};
     use kgen::spec::Group;
 
+    #[allow(clippy::too_many_arguments)]
     unsafe fn f32_run(
         _: *const u32,
         _: *const f32,
@@ -270,6 +278,7 @@ mod tests {
     ) {
     }
 
+    #[allow(clippy::too_many_arguments)]
     unsafe fn i8_run(
         _: *const u8,
         _: *const u16,
@@ -293,7 +302,13 @@ mod tests {
         false
     }
 
-    fn entry(name: &'static str, isa: &'static str, format: &'static str, gemm: bool, detect: fn() -> bool) -> KernelEntry {
+    fn entry(
+        name: &'static str,
+        isa: &'static str,
+        format: &'static str,
+        gemm: bool,
+        detect: fn() -> bool,
+    ) -> KernelEntry {
         let f: WeightFormat = format.parse().unwrap();
         let params = match f.family() {
             Family::F32 => FamilyParams::F32(F32Params {
@@ -347,7 +362,10 @@ mod tests {
         let r = registry();
         let (v, m) = r.select_pair(WeightFormat::Q4_0).unwrap();
         assert_eq!((v.name, m.name), ("b_gemv", "b_gemm"));
-        let (v, m) = r.with_isa(Some("portable")).select_pair(WeightFormat::Q4_0).unwrap();
+        let (v, m) = r
+            .with_isa(Some("portable"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap();
         // No portable GEMM kernel: the GEMV kernel does both.
         assert_eq!((v.name, m.name), ("c_gemv", "c_gemv"));
         assert_eq!(
@@ -357,21 +375,45 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["b_gemv", "c_gemv"]
         );
-        assert_eq!(r.select(WeightFormat::Q4_0, Op::Gemm).unwrap().name, "b_gemm");
+        assert_eq!(
+            r.select(WeightFormat::Q4_0, Op::Gemm).unwrap().name,
+            "b_gemm"
+        );
     }
 
     #[test]
     fn errors_name_format_isa_and_features() {
         let r = registry();
-        let e = r.with_isa(Some("avx512vnni")).select_pair(WeightFormat::Q4_0).unwrap_err().to_string();
-        assert!(e.contains("avx512vnni") && e.contains("q4_0") && e.contains("feat"), "{e}");
-        let e = r.with_isa(Some("neon")).select_pair(WeightFormat::Q4_0).unwrap_err().to_string();
-        assert!(e.contains("no neon q4_0 kernel") && e.contains("avx2"), "{e}");
+        let e = r
+            .with_isa(Some("avx512vnni"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("avx512vnni") && e.contains("q4_0") && e.contains("feat"),
+            "{e}"
+        );
+        let e = r
+            .with_isa(Some("neon"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no neon q4_0 kernel") && e.contains("avx2"),
+            "{e}"
+        );
         let e = r.select_pair(WeightFormat::Q8_0).unwrap_err().to_string();
-        assert!(e.contains("q8_0") && e.contains("KGEN_SPECS") && e.contains("4:32, q4_0"), "{e}");
+        assert!(
+            e.contains("q8_0") && e.contains("KGEN_SPECS") && e.contains("4:32, q4_0"),
+            "{e}"
+        );
         let g = WeightFormat::gptq(4, Group::Size(32)).unwrap();
         assert_eq!(r.select_pair(g).unwrap().0.name, "d_gemv");
-        let e = r.with_isa(Some("avx512vnni")).select_pair(g).unwrap_err().to_string();
+        let e = r
+            .with_isa(Some("avx512vnni"))
+            .select_pair(g)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("no avx512vnni 4:32 kernel"), "{e}");
     }
 

@@ -259,10 +259,7 @@ mod tests {
             let f: WeightFormat = name.parse().unwrap();
             assert_eq!(f.to_string(), name);
         }
-        assert_eq!(
-            "Q4_0".parse::<WeightFormat>().unwrap(),
-            WeightFormat::Q4_0
-        );
+        assert_eq!("Q4_0".parse::<WeightFormat>().unwrap(), WeightFormat::Q4_0);
         assert_eq!(
             " 4:g128 ".parse::<WeightFormat>().unwrap(),
             WeightFormat::Gptq {
@@ -308,6 +305,9 @@ mod tests {
         assert_eq!(f("q8_0:64").ggml_type(), Some(GgmlType::Q8_0));
         assert_eq!(f("3:col").ggml_type(), None);
         assert_eq!(WeightFormat::from_ggml(GgmlType::F16), None);
-        assert_eq!(f("3:col").describe(), "GPTQ 3-bit, scale and zero per column");
+        assert_eq!(
+            f("3:col").describe(),
+            "GPTQ 3-bit, scale and zero per column"
+        );
     }
 }

@@ -38,7 +38,10 @@ fn force_isa_env_forces_both_families() {
     // A registry's own choice wins over the variable.
     let best = Registry::builtin().with_isa(None);
     let d = Matrix::from_ggml_with(&best, &q4).unwrap();
-    assert_eq!(d.kernel().name, best.runnable(d.format(), kgen_runtime::Op::Gemv)[0].name);
+    assert_eq!(
+        d.kernel().name,
+        best.runnable(d.format(), kgen_runtime::Op::Gemv)[0].name
+    );
 
     // An ISA no build has: an error naming the variable, the ISA and the format.
     std::env::set_var(FORCE_ISA_ENV, "sse9");

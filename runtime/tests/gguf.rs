@@ -834,7 +834,7 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
             && (matches!(e.dtype, GgmlType::Q4_0 | GgmlType::Q8_0)
                 || (e.dtype == GgmlType::Iq4Nl && common::i8_format_built("iq4_nl")))
     }) {
-        let qm = kgen_runtime::Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
+        let qm = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
         let x = read_f32(&e.data("x"));
         let y_np = read_f32(&e.data("y"));
@@ -1000,5 +1000,8 @@ fn matrix_from_gguf_picks_the_int8_family_and_refuses_floats() {
             }
         }
     }
-    assert!(quantized > 0 && floats > 0, "{quantized} quantized, {floats} float tensors");
+    assert!(
+        quantized > 0 && floats > 0,
+        "{quantized} quantized, {floats} float tensors"
+    );
 }

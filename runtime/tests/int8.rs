@@ -89,7 +89,10 @@ fn ragged_k_groups_and_threads() {
             let wf = Rng::new(3).vec_f32(k * n);
             let format = WeightFormat::symmetric(bits, group).unwrap();
             let qm = Matrix::from_f32(&wf, k, n, format).unwrap();
-            assert_eq!((qm.family(), qm.format(), qm.k()), (Family::Int8, format, k));
+            assert_eq!(
+                (qm.family(), qm.format(), qm.k()),
+                (Family::Int8, format, k)
+            );
             let w = quantize_symmetric(&wf, k, n, bits, group);
             let x = Rng::new(4).vec_f32(3 * k);
             let mut y1 = vec![0f32; 3 * n];

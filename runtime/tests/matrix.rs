@@ -95,8 +95,17 @@ fn from_ggml_and_from_gguf() {
         let b = Matrix::from_ggml_with(&best(), w).unwrap();
         let c = Matrix::from_gguf(&path, &format!("w.{format}")).unwrap();
         let d = Matrix::from_gguf_with(&best(), &path, &format!("w.{format}")).unwrap();
-        for (m, how) in [(&a, "from_ggml"), (&b, "from_ggml_with"), (&c, "from_gguf"), (&d, "from_gguf_with")] {
-            assert_eq!((m.format(), m.family(), m.k(), m.n()), (*format, Family::Int8, k, n), "{how}");
+        for (m, how) in [
+            (&a, "from_ggml"),
+            (&b, "from_ggml_with"),
+            (&c, "from_gguf"),
+            (&d, "from_gguf_with"),
+        ] {
+            assert_eq!(
+                (m.format(), m.family(), m.k(), m.n()),
+                (*format, Family::Int8, k, n),
+                "{how}"
+            );
             check_int8(m, w, &format!("{how} {format}"));
         }
     }
@@ -104,11 +113,21 @@ fn from_ggml_and_from_gguf() {
     let e = Matrix::from_gguf(&path, "w.f16").unwrap_err();
     assert!(matches!(e, Error::Unsupported(_)), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("m.gguf") && msg.contains("\"w.f16\"") && msg.contains("F16"), "{msg}");
-    assert!(Matrix::from_ggml(&f16).unwrap_err().to_string().contains("F16 weights have no kernel"));
-    let e = Matrix::from_gguf(&path, "w.missing").unwrap_err().to_string();
+    assert!(
+        msg.contains("m.gguf") && msg.contains("\"w.f16\"") && msg.contains("F16"),
+        "{msg}"
+    );
+    assert!(Matrix::from_ggml(&f16)
+        .unwrap_err()
+        .to_string()
+        .contains("F16 weights have no kernel"));
+    let e = Matrix::from_gguf(&path, "w.missing")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("w.missing"), "{e}");
-    let e = Matrix::from_gguf(dir.path().join("none.gguf"), "w").unwrap_err().to_string();
+    let e = Matrix::from_gguf(dir.path().join("none.gguf"), "w")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("none.gguf"), "{e}");
 }
 
@@ -118,9 +137,15 @@ fn from_gptq_layer_and_file() {
     let w = random_gptq(k, n, 4, Group::Size(128), 3);
     for (m, how) in [
         (Matrix::from_gptq(&w).unwrap(), "from_gptq"),
-        (Matrix::from_gptq_with(&best(), &w).unwrap(), "from_gptq_with"),
+        (
+            Matrix::from_gptq_with(&best(), &w).unwrap(),
+            "from_gptq_with",
+        ),
     ] {
-        assert_eq!((m.format().to_string(), m.family()), ("4:128".into(), Family::F32));
+        assert_eq!(
+            (m.format().to_string(), m.family()),
+            ("4:128".into(), Family::F32)
+        );
         check_f32(&m, &w, None, how);
     }
     // Act-order: the packed rows are the original rows in `perm` order.
@@ -157,7 +182,10 @@ fn from_gptq_layer_and_file() {
     // V1 reads every zero point one higher: a different, still valid, matrix.
     Matrix::from_gptq_file(&path, "layers.0.up", &v1).unwrap();
     let e = Matrix::from_gptq_file(&path, "layers.9.up", &opts).unwrap_err();
-    assert!(matches!(e, Error::Load(_)) && e.to_string().contains("layers.9.up"), "{e}");
+    assert!(
+        matches!(e, Error::Load(_)) && e.to_string().contains("layers.9.up"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -166,7 +194,9 @@ fn from_f32_in_every_family() {
     let (k, n) = (100, 37);
     let wf = Rng::new(5).vec_f32(k * n);
     let reg = best();
-    for name in ["4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64"] {
+    for name in [
+        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64",
+    ] {
         let format: WeightFormat = name.parse().unwrap();
         let want = format.kernel_format();
         if !reg.formats().contains(&want) {
@@ -176,7 +206,11 @@ fn from_f32_in_every_family() {
         let m = Matrix::from_f32(&wf, k, n, name).unwrap();
         let m2 = Matrix::from_f32_with(&reg, &wf, k, n, format).unwrap();
         assert_eq!((m.format(), m2.format()), (format, format));
-        assert_eq!((m.k(), m.n(), m.family()), (k, n, format.family()), "{name}");
+        assert_eq!(
+            (m.k(), m.n(), m.family()),
+            (k, n, format.family()),
+            "{name}"
+        );
         match format {
             WeightFormat::Gptq { bits, group } => {
                 let g = GptqMatrix::quantize_rtn(k, n, bits, group, &wf);
@@ -190,7 +224,9 @@ fn from_f32_in_every_family() {
                         wp.resize(128 * n, 0.0);
                         GgmlMatrix::quantize_iq4_nl(&wp, 128, n)
                     }
-                    WeightFormat::Symmetric { bits, group } => quantize_symmetric(&wf, k, n, bits, group),
+                    WeightFormat::Symmetric { bits, group } => {
+                        quantize_symmetric(&wf, k, n, bits, group)
+                    }
                     f => quantize_symmetric(&wf, k, n, f.bits(), 32),
                 };
                 check_int8(&m, &g, name);
@@ -211,15 +247,22 @@ fn family_and_kernel_are_reported() {
         let (k, n) = (256, 24);
         let m = match format.family() {
             Family::F32 => {
-                let WeightFormat::Gptq { bits, group } = format else { unreachable!() };
+                let WeightFormat::Gptq { bits, group } = format else {
+                    unreachable!()
+                };
                 Matrix::from_gptq_with(&reg, &random_gptq(k, n, bits, group, 1)).unwrap()
             }
-            Family::Int8 => Matrix::from_f32_with(&reg, &Rng::new(1).vec_f32(k * n), k, n, format).unwrap(),
+            Family::Int8 => {
+                Matrix::from_f32_with(&reg, &Rng::new(1).vec_f32(k * n), k, n, format).unwrap()
+            }
         };
         assert_eq!(m.family(), format.family(), "{format}");
         let want = &reg.runnable(format, Op::Gemv)[0];
         let kernel = m.kernel();
-        assert_eq!(kernel.name, want.name, "{format}: the best runnable GEMV kernel");
+        assert_eq!(
+            kernel.name, want.name,
+            "{format}: the best runnable GEMV kernel"
+        );
         assert_eq!(m.gemv_kernel().name, kernel.name);
         assert_eq!(kernel.family(), m.family());
         assert_eq!(kernel.format, format.kernel_format().to_string());
@@ -231,7 +274,14 @@ fn family_and_kernel_are_reported() {
         assert_eq!(reg.select(format, Op::Gemv).unwrap().name, kernel.name);
         assert_eq!(reg.select(format, Op::Gemm).unwrap().name, gemm.name);
         let d = m.describe();
-        for part in [m.family().name(), &format.to_string(), kernel.isa, kernel.name, gemm.name, kernel.target] {
+        for part in [
+            m.family().name(),
+            &format.to_string(),
+            kernel.isa,
+            kernel.name,
+            gemm.name,
+            kernel.target,
+        ] {
             assert!(d.contains(part), "{d} lacks {part}");
         }
         assert!(m.to_string().contains(&format!("{k}x{n}")) && m.to_string().contains(&d));
@@ -257,8 +307,15 @@ fn forced_isa_runs_in_both_families() {
     let gptq = random_gptq(k, n, 4, Group::Size(32), 8);
     let q4 = ggml(WeightFormat::Q4_0, k, n, 9);
     let mut forced_runs = std::collections::BTreeMap::new();
-    for format in [WeightFormat::gptq(4, Group::Size(32)).unwrap(), WeightFormat::Q4_0] {
-        let isas: Vec<&str> = reg.runnable(format, Op::Gemv).iter().map(|e| e.isa).collect();
+    for format in [
+        WeightFormat::gptq(4, Group::Size(32)).unwrap(),
+        WeightFormat::Q4_0,
+    ] {
+        let isas: Vec<&str> = reg
+            .runnable(format, Op::Gemv)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
         assert!(isas.contains(&"portable"), "{format}: {isas:?}");
         for isa in &isas {
             let forced = reg.with_isa(Some(isa));
@@ -298,9 +355,15 @@ fn forced_isa_runs_in_both_families() {
             .filter(|e| !isas.contains(&e.isa))
             .collect();
         for c in compiled {
-            let e = reg.with_isa(Some(c.isa)).select_pair(format).unwrap_err().to_string();
+            let e = reg
+                .with_isa(Some(c.isa))
+                .select_pair(format)
+                .unwrap_err()
+                .to_string();
             assert!(
-                e.contains(c.isa) && e.contains(&format.to_string()) && e.contains("lacks the features"),
+                e.contains(c.isa)
+                    && e.contains(&format.to_string())
+                    && e.contains("lacks the features"),
                 "{e}"
             );
             for f in c.features {
@@ -353,7 +416,10 @@ fn unsupported_formats_are_errors_naming_the_format() {
     for t in [GgmlType::F32, GgmlType::F16] {
         let m = GgmlMatrix::quantize(&w, 64, 4, t);
         let e = Matrix::from_ggml(&m).unwrap_err();
-        assert!(matches!(e, Error::Unsupported(_)) && e.to_string().contains(t.name()), "{e}");
+        assert!(
+            matches!(e, Error::Unsupported(_)) && e.to_string().contains(t.name()),
+            "{e}"
+        );
     }
     let mut g5 = random_gptq(64, 4, 4, Group::Size(32), 1);
     g5.bits = 5;
@@ -389,8 +455,12 @@ fn a_registry_with_one_format() {
     let wf = Rng::new(2).vec_f32(k * n);
     let m = Matrix::from_f32_with(&reg, &wf, k, n, "q8_0").unwrap();
     assert_eq!(m.family(), Family::Int8);
-    let e = Matrix::from_f32_with(&reg, &wf, k, n, "q4_0").unwrap_err().to_string();
+    let e = Matrix::from_f32_with(&reg, &wf, k, n, "q4_0")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("q4_0") && e.contains("it has: q8_0"), "{e}");
-    let e = Matrix::from_f32_with(&reg, &wf, k, n, "4:32").unwrap_err().to_string();
+    let e = Matrix::from_f32_with(&reg, &wf, k, n, "4:32")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("f32-family kernel for 4:32"), "{e}");
 }

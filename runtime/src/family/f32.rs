@@ -166,7 +166,13 @@ impl F32Matrix {
     }
 
     /// `y = x W` for `m` rows (`x`: m x k row-major, `y`: m x n) on `pool`.
-    pub(crate) fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
+    pub(crate) fn gemm_on(
+        &self,
+        pool: &Pool,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };

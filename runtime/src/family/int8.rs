@@ -149,7 +149,13 @@ impl Int8Matrix {
     /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
     /// 32-block first (Q8_0 arithmetic), then the kernel runs over column
     /// panels split across the pool's threads.
-    pub(crate) fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
+    pub(crate) fn gemm_on(
+        &self,
+        pool: &Pool,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };

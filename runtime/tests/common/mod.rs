@@ -205,9 +205,7 @@ pub fn write_gptq(path: &std::path::Path, prefix: &str, m: &GptqMatrix, g_idx: O
             TensorView::new(Dtype::I32, vec![m.k], gi).unwrap(),
         ));
     }
-    let meta = std::collections::HashMap::from([(
-        "checkpoint_format".to_string(),
-        "gptq_v2".to_string(),
-    )]);
+    let meta =
+        std::collections::HashMap::from([("checkpoint_format".to_string(), "gptq_v2".to_string())]);
     std::fs::write(path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
