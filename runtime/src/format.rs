@@ -158,13 +158,14 @@ impl WeightFormat {
         }
     }
 
-    /// A sentence for messages: `GPTQ 4-bit, group 128`, `GGUF Q4_0`, ...
+    /// A phrase for messages: `GPTQ 4-bit, scale and zero per group of 128`,
+    /// `GGUF Q4_0`, ...
     pub fn describe(self) -> String {
         match self {
-            WeightFormat::Gptq { bits, group } => {
-                format!("GPTQ {bits}-bit, scale and zero per group of {group}")
-                    .replace("group of column", "column")
-            }
+            WeightFormat::Gptq { bits, group } => match group {
+                Group::Size(g) => format!("GPTQ {bits}-bit, scale and zero per group of {g}"),
+                Group::Column => format!("GPTQ {bits}-bit, scale and zero per column"),
+            },
             WeightFormat::Q4_0 => "GGUF Q4_0".into(),
             WeightFormat::Q8_0 => "GGUF Q8_0".into(),
             WeightFormat::Iq4Nl => "GGUF IQ4_NL".into(),
