@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::rng::Rng;
 use kgen_benches::{paired_medians, read_bandwidth_gbs};
-use kgen_runtime::{Group, Pool, QuantMatrix, Registry};
+use kgen_runtime::{Group, Matrix, Op, Pool, Registry, WeightFormat};
 use std::hint::black_box;
 
 /// (K, N): y = x W with W K x N. 11008x4096 is an MLP down projection,
@@ -19,8 +19,9 @@ const SHAPES: &[(usize, usize)] = &[(4096, 4096), (11008, 4096), (4096, 11008)];
 
 fn gemv(c: &mut Criterion) {
     let reg = Registry::builtin();
+    let format = WeightFormat::gptq(4, Group::Size(128)).unwrap();
     let isas: Vec<&str> = reg
-        .runnable(4, Group::Size(128), false)
+        .runnable(format, Op::Gemv)
         .iter()
         .map(|e| e.isa)
         .collect();
@@ -32,7 +33,7 @@ fn gemv(c: &mut Criterion) {
         let x = Rng::new(2).vec_f32(k);
         let mut y = vec![0f32; n];
         for isa in &isas {
-            let qm = QuantMatrix::from_gptq_isa(reg, &gq, None, Some(isa)).unwrap();
+            let qm = Matrix::from_gptq_with(&reg.with_isa(Some(isa)), &gq).unwrap();
             eprintln!(
                 "{}x{}: {} repack {:.2} ms",
                 k,
@@ -64,7 +65,7 @@ fn ratios(_: &mut Criterion) {
     for &(k, n) in SHAPES {
         let w = Rng::new(1).vec_f32(k * n);
         let gq = GptqMatrix::quantize_rtn(k, n, 4, Group::Size(128), &w);
-        let qm = QuantMatrix::from_gptq_with(reg, &gq, None).unwrap();
+        let qm = Matrix::from_gptq_with(reg, &gq).unwrap();
         let x = Rng::new(2).vec_f32(k);
         let mut y = vec![0f32; n];
         // candle holds W as (out = n) x (in = k).
@@ -80,7 +81,7 @@ fn ratios(_: &mut Criterion) {
         let flops = 2.0 * (k * n) as f64;
         // Repack time: median of several packs from the GPTQ form.
         let repack = kgen_benches::median_secs(7, 1, || {
-            black_box(QuantMatrix::from_gptq_with(reg, &gq, None).unwrap());
+            black_box(Matrix::from_gptq_with(reg, &gq).unwrap());
         });
         println!(
             "REPACK shape={k}x{n} kernel={} median_ms={:.2}",

@@ -12,7 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
 use kgen_benches::{median_secs, paired_medians};
-use kgen_runtime::{Int8Matrix, Pool};
+use kgen_runtime::{Matrix, Pool};
 use std::hint::black_box;
 
 /// (K, N): y = x W with W K x N.
@@ -28,7 +28,7 @@ fn ratios(_: &mut Criterion) {
     for &(k, n) in SHAPES {
         let w = Rng::new(1).vec_f32(k * n);
         let q = quantize_symmetric(&w, k, n, 4, 32);
-        let qm = Int8Matrix::from_ggml(&q).unwrap();
+        let qm = Matrix::from_ggml(&q).unwrap();
         eprintln!(
             "{k}x{n}: repack into {} took {:.2} ms",
             qm.gemv_kernel().name,
@@ -112,9 +112,9 @@ fn beyond_l3(_: &mut Criterion) {
     let pool = Pool::new(threads);
     let bw = kgen_benches::read_bandwidth_threads_gbs(512 << 20, threads);
     let (k, n) = (4096, 11008);
-    let mats: Vec<Int8Matrix> = (0..8)
+    let mats: Vec<Matrix> = (0..8)
         .map(|s| {
-            Int8Matrix::from_ggml(&quantize_symmetric(
+            Matrix::from_ggml(&quantize_symmetric(
                 &Rng::new(s).vec_f32(k * n),
                 k,
                 n,
@@ -145,7 +145,7 @@ fn criterion_groups(c: &mut Criterion) {
     g.sample_size(20);
     for &(k, n) in SHAPES {
         let q = quantize_symmetric(&Rng::new(1).vec_f32(k * n), k, n, 4, 32);
-        let qm = Int8Matrix::from_ggml(&q).unwrap();
+        let qm = Matrix::from_ggml(&q).unwrap();
         for threads in threads_list() {
             let pool = Pool::new(threads);
             for &m in ROWS {

@@ -406,17 +406,12 @@ impl Config {
         let top = quote! {
             #includes
             #(#detect_fns)*
-            /// Every kernel generated for this build, best ISA first within each format.
+            /// Every kernel generated for this build, of both families (f32,
+            /// then int8), best ISA first within each format.
             #[allow(unused_mut, dead_code, clippy::all)]
             pub fn kernels() -> ::std::vec::Vec<#rt::KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes
-                v
-            }
-            /// Every int8-activation kernel of this build, best ISA first.
-            #[allow(unused_mut, dead_code, clippy::all)]
-            pub fn kernels_i8() -> ::std::vec::Vec<#rt::I8KernelEntry> {
-                let mut v = ::std::vec::Vec::new();
                 #pushes_i8
                 v
             }

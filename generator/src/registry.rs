@@ -2,7 +2,7 @@
 //! `KernelEntry` / `I8KernelEntry` constructors a generated registry holds.
 
 use crate::family::f32::isa::Isa;
-use crate::spec::Op;
+use crate::spec::{Group, Op};
 use crate::target::{Arch, TargetDesc};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -85,6 +85,11 @@ pub(crate) fn entry(
     let k = format_ident!("{}", plan.kernel_name());
     let target_name = &t.name;
     let gemm = matches!(plan.spec.op, Op::Gemm { .. });
+    // The runtime's `WeightFormat` name, as in `KGEN_SPECS`: `4:128`, `3:col`.
+    let format = match plan.spec.group {
+        Group::Size(g) => format!("{}:{g}", plan.spec.bits),
+        Group::Column => format!("{}:col", plan.spec.bits),
+    };
     let cfg = crate::emit::arch_cfg(arch);
     quote! {
         #cfg
@@ -95,19 +100,22 @@ pub(crate) fn entry(
                 isa: k::ISA,
                 target: #target_name,
                 features: k::FEATURES,
+                format: #format,
                 bits: k::BITS,
-                group: k::GROUP,
                 lanes: k::LANES,
-                m_u: k::M_U,
                 t_u: k::T_U,
                 m_r: k::M_R,
                 m_b: k::M_B,
                 t_b: k::T_B,
-                zcurve: k::ZCURVE,
-                x_scale: k::X_SCALE,
                 gemm: #gemm,
                 detect: #detect,
-                run: k::run,
+                params: #rt::FamilyParams::F32(#rt::F32Params {
+                    group: k::GROUP,
+                    m_u: k::M_U,
+                    zcurve: k::ZCURVE,
+                    x_scale: k::X_SCALE,
+                    run: k::run,
+                }),
             });
         }
     }
@@ -131,7 +139,7 @@ pub(crate) fn entry_i8(
         #cfg
         {
             use #module::#k as k;
-            v.push(#rt::I8KernelEntry {
+            v.push(#rt::KernelEntry {
                 name: k::NAME,
                 isa: k::ISA,
                 target: #target_name,
@@ -143,12 +151,14 @@ pub(crate) fn entry_i8(
                 m_r: k::M_R,
                 m_b: k::M_B,
                 t_b: k::T_B,
-                group_bytes: k::GROUP_BYTES,
-                signed: k::SIGNED,
-                row_pairs: k::ROW_PAIRS,
                 gemm: #gemm,
                 detect: #detect,
-                run: k::run,
+                params: #rt::FamilyParams::Int8(#rt::Int8Params {
+                    group_bytes: k::GROUP_BYTES,
+                    signed: k::SIGNED,
+                    row_pairs: k::ROW_PAIRS,
+                    run: k::run,
+                }),
             });
         }
     }

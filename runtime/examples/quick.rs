@@ -1,10 +1,10 @@
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::rng::Rng;
-use kgen_runtime::{Group, Pool, QuantMatrix, Registry};
+use kgen_runtime::{Group, Matrix, Pool, Registry};
 fn main() {
     let reg = Registry::builtin();
     for e in reg.all() {
-        if e.bits == 4 && e.group == 128 {
+        if e.format == "4:128" {
             println!("{} detect={}", e.name, (e.detect)());
         }
     }
@@ -15,7 +15,7 @@ fn main() {
     let mut y = vec![0f32; n];
     let pool = Pool::new(1);
     for isa in ["avx512f", "avx2", "portable"] {
-        let Ok(qm) = QuantMatrix::from_gptq_isa(reg, &gq, None, Some(isa)) else {
+        let Ok(qm) = Matrix::from_gptq_with(&reg.with_isa(Some(isa)), &gq) else {
             println!("{isa}: n/a");
             continue;
         };

@@ -1,5 +1,5 @@
 use kgen::format::rng::Rng;
-use kgen_runtime::{Int8Matrix, Pool, Registry};
+use kgen_runtime::{Matrix, Pool, Registry};
 fn med(mut f: impl FnMut()) -> f64 {
     let mut t: Vec<f64> = (0..31)
         .map(|_| {
@@ -13,12 +13,13 @@ fn med(mut f: impl FnMut()) -> f64 {
 }
 fn main() {
     let reg = Registry::builtin();
+    let avx2 = reg.with_isa(Some("avx2"));
     let (k, n) = (4096, 4096);
     let w = Rng::new(1).vec_f32(k * n);
     let g = kgen::format::symmetric::quantize_symmetric(&w, k, n, 4, 32);
     let pool = Pool::new(1);
     let rp = med(|| {
-        std::hint::black_box(Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap());
+        std::hint::black_box(Matrix::from_ggml_with(&avx2, &g).unwrap());
     });
     println!("repack 4096x4096 q4_0: {:.2} ms", rp * 1e3);
     let lay = kgen::layout::int8::I8Layout::new(kgen::format::GgmlType::Q4_0, 8, 2, 864, 96, k, n);
@@ -36,7 +37,7 @@ fn main() {
     );
     for threads in [1usize, 2] {
         let pool = Pool::new(threads);
-        let qm = Int8Matrix::from_ggml_isa(reg, &g, Some("avx2")).unwrap();
+        let qm = Matrix::from_ggml_with(&avx2, &g).unwrap();
         for m in [1usize, 8] {
             let x = Rng::new(2).vec_f32(m * k);
             let mut y = vec![0f32; m * n];
@@ -49,7 +50,7 @@ fn main() {
         }
     }
     for isa in ["avx2", "portable"] {
-        let qm = Int8Matrix::from_ggml_isa(reg, &g, Some(isa)).unwrap();
+        let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &g).unwrap();
         for m in [1usize, 8, 32] {
             let x = Rng::new(2).vec_f32(m * k);
             let mut y = vec![0f32; m * n];

@@ -1,133 +1,103 @@
-//! The dispatch table.
+//! The dispatch table, for both kernel families.
 //!
-//! Filled once: every kernel whose CPU features are present, grouped by
-//! format and operation, best ISA first (the order the build generated them
-//! in). Selection then only picks the head of a list, or the forced ISA.
+//! Filled once: every kernel whose CPU features are present, grouped by the
+//! weight format it reads and its operation, best ISA first (the order the
+//! build generated them in). Selection then only picks the head of a list,
+//! or the forced ISA.
 
 use crate::error::Error;
-use crate::kernel::{I8KernelEntry, KernelEntry};
-use kgen::spec::Group;
-use std::collections::BTreeMap;
+use crate::format::{Family, WeightFormat};
+use crate::kernel::{KernelEntry, Op};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
-/// Environment variable that forces one ISA (`avx512f`, `avx2`, `neon`, `portable`;
-/// int8 kernels: `avx512vnni`, `avxvnni`, `avx2`, `dotprod`, `portable`).
+/// Environment variable that forces one ISA for every selection that does not
+/// force its own ([`Registry::with_isa`]). f32 family: `avx512f`, `avx2`,
+/// `neon`, `portable`; int8 family: `avx512vnni`, `avxvnni`, `avx2`, `i8mm`,
+/// `sve256`, `dotprod`, `portable`. A forced ISA the CPU or the build lacks
+/// is an error, never an illegal instruction or a silent fallback.
 pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 
-type Key = (u32, usize, bool);
+/// int8 ISAs with integer dot-product instructions (vpdpbusd, sdot, smmla):
+/// where a format has kernels of both families, these make the int8 family
+/// the faster one.
+const DOT_PRODUCT_ISAS: &[&str] = &["avx512vnni", "avxvnni", "i8mm", "sve256", "dotprod"];
 
+/// Where a selection's ISA comes from.
+#[derive(Clone, Debug)]
+enum Force {
+    /// `KGEN_FORCE_ISA`, read at each selection.
+    Env,
+    /// Given by [`Registry::with_isa`] (`None`: the best this CPU runs).
+    Isa(Option<String>),
+}
+
+/// Every kernel of a build, and which of them this CPU runs.
+#[derive(Clone, Debug)]
 pub struct Registry {
     /// Every kernel the build holds, in build order.
     all: Vec<KernelEntry>,
-    /// Every int8-activation kernel, in build order (best ISA first).
-    all_i8: Vec<I8KernelEntry>,
-    /// The ones this CPU runs, by (bits, group, gemm), best first.
-    table: BTreeMap<Key, Vec<KernelEntry>>,
-}
-
-fn key(bits: u32, group: Group, gemm: bool) -> Key {
-    (bits, group.size().unwrap_or(0), gemm)
+    /// The same, by the format they read (build order: best ISA first).
+    compiled: BTreeMap<WeightFormat, Vec<KernelEntry>>,
+    /// The ones this CPU runs, by (format, op), best first.
+    table: BTreeMap<(WeightFormat, Op), Vec<KernelEntry>>,
+    force: Force,
 }
 
 impl Registry {
+    /// A registry of generated kernels (`kernels()` of a generated registry),
+    /// of both families, best ISA first within each format.
     pub fn new(all: Vec<KernelEntry>) -> Registry {
-        let mut table: BTreeMap<Key, Vec<KernelEntry>> = BTreeMap::new();
+        let mut compiled: BTreeMap<WeightFormat, Vec<KernelEntry>> = BTreeMap::new();
+        let mut table: BTreeMap<(WeightFormat, Op), Vec<KernelEntry>> = BTreeMap::new();
         for e in &all {
+            // A kernel whose format tag this runtime cannot read is never
+            // selected (it stays in `all`).
+            let Ok(f) = e.weight_format() else { continue };
+            compiled.entry(f).or_default().push(*e);
             if (e.detect)() {
-                table.entry((e.bits, e.group, e.gemm)).or_default().push(*e);
+                table.entry((f, e.op())).or_default().push(*e);
             }
         }
         Registry {
             all,
+            compiled,
             table,
-            all_i8: Vec::new(),
+            force: Force::Env,
         }
-    }
-
-    /// Adds the int8-activation kernels (`kernels_i8()` of a generated registry).
-    pub fn with_int8(mut self, kernels: Vec<I8KernelEntry>) -> Registry {
-        self.all_i8 = kernels;
-        self
-    }
-
-    /// Every int8 kernel compiled in.
-    pub fn all_i8(&self) -> &[I8KernelEntry] {
-        &self.all_i8
-    }
-
-    /// Int8 kernels this CPU runs for `q{bits}_0` (Q4_0 / Q8_0), best first.
-    pub fn runnable_i8(&self, bits: u32, gemm: bool) -> Vec<I8KernelEntry> {
-        self.runnable_i8_format(&format!("q{bits}_0"), gemm)
-    }
-
-    /// Int8 kernels this CPU runs for a format (`q4_0`, `q8_0`, `iq4_nl`),
-    /// best first.
-    pub fn runnable_i8_format(&self, format: &str, gemm: bool) -> Vec<I8KernelEntry> {
-        self.all_i8
-            .iter()
-            .filter(|e| e.format == format && e.gemm == gemm && (e.detect)())
-            .copied()
-            .collect()
-    }
-
-    /// The int8 GEMV kernel and the GEMM kernel sharing its layout, for
-    /// `q{bits}_0` weights, with `isa` forced or (`None`) the best this CPU runs.
-    pub fn select_i8(
-        &self,
-        bits: u32,
-        isa: Option<&str>,
-    ) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
-        self.select_i8_format(&format!("q{bits}_0"), isa)
-    }
-
-    /// As [`Registry::select_i8`] for a format by tag (`q4_0`, `q8_0`,
-    /// `iq4_nl`). Formats an ISA has no kernels for (IQ4_NL on sve256) fall
-    /// to the next ISA this CPU runs.
-    pub fn select_i8_format(
-        &self,
-        format: &str,
-        isa: Option<&str>,
-    ) -> Result<(I8KernelEntry, I8KernelEntry), Error> {
-        let compiled: Vec<&I8KernelEntry> =
-            self.all_i8.iter().filter(|e| e.format == format).collect();
-        if compiled.is_empty() {
-            return Err(Error::NoKernel(format!(
-                "this build has no int8 kernel for {format} weights; set KGEN_SPECS to include {format}"
-            )));
-        }
-        let gemv = self.runnable_i8_format(format, false);
-        let pick = match isa {
-            None => *gemv.first().ok_or_else(|| Error::NoKernel(format!("no {format} kernel runs on this CPU")))?,
-            Some(name) => match gemv.iter().find(|e| e.isa == name) {
-                Some(e) => *e,
-                None if compiled.iter().any(|e| e.isa == name) => {
-                    return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features the {format} kernel needs ({:?})",
-                        compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
-                    )))
-                }
-                None => {
-                    let isas: std::collections::BTreeSet<_> = compiled.iter().map(|e| e.isa).collect();
-                    return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this build has no {name} {format} kernel (it has {isas:?})"
-                    )));
-                }
-            },
-        };
-        let gemm = self
-            .runnable_i8_format(format, true)
-            .into_iter()
-            .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(&pick))
-            .unwrap_or(pick);
-        Ok((pick, gemm))
     }
 
     /// The kernels built into this crate.
     pub fn builtin() -> &'static Registry {
         static REG: OnceLock<Registry> = OnceLock::new();
-        REG.get_or_init(|| {
-            Registry::new(crate::builtin::kernels()).with_int8(crate::builtin::kernels_i8())
-        })
+        REG.get_or_init(|| Registry::new(crate::builtin::kernels()))
+    }
+
+    /// A copy whose selections take `isa` (`None`: the best this CPU runs)
+    /// instead of reading `KGEN_FORCE_ISA`: for tests and benches that pick
+    /// an ISA per matrix.
+    pub fn with_isa(&self, isa: Option<&str>) -> Registry {
+        Registry {
+            force: Force::Isa(isa.map(str::to_string)),
+            ..self.clone()
+        }
+    }
+
+    /// The ISA selections are forced to, if any, and where that comes from.
+    fn forced(&self) -> Option<(String, &'static str)> {
+        match &self.force {
+            Force::Env => std::env::var(FORCE_ISA_ENV)
+                .ok()
+                .filter(|s| !s.is_empty())
+                .map(|s| (s, FORCE_ISA_ENV)),
+            Force::Isa(isa) => isa.clone().map(|s| (s, "forced ISA")),
+        }
+    }
+
+    /// The ISA selections are forced to (by [`Registry::with_isa`] or
+    /// `KGEN_FORCE_ISA`), if any.
+    pub fn forced_isa(&self) -> Option<String> {
+        self.forced().map(|(isa, _)| isa)
     }
 
     /// Every kernel compiled in, runnable here or not.
@@ -135,87 +105,336 @@ impl Registry {
         &self.all
     }
 
-    /// Kernels this CPU runs for a format, best first.
-    pub fn runnable(&self, bits: u32, group: Group, gemm: bool) -> &[KernelEntry] {
-        self.table
-            .get(&key(bits, group, gemm))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
+    /// Every format some compiled kernel reads.
+    pub fn formats(&self) -> Vec<WeightFormat> {
+        self.compiled.keys().copied().collect()
     }
 
-    /// The GEMV kernel and the GEMM kernel sharing its layout for a format,
-    /// honouring `KGEN_FORCE_ISA`.
-    pub fn select(&self, bits: u32, group: Group) -> Result<(KernelEntry, KernelEntry), Error> {
-        let forced = std::env::var(FORCE_ISA_ENV).ok().filter(|s| !s.is_empty());
-        self.select_isa(bits, group, forced.as_deref())
+    /// Kernels this CPU runs for `op` on `format`, best first (both
+    /// families' for a format two can run, in the order of preference).
+    pub fn runnable(&self, format: WeightFormat, op: Op) -> Vec<KernelEntry> {
+        self.family_order(format.families())
+            .into_iter()
+            .flat_map(|(_, kf)| self.table.get(&(kf, op)).cloned().unwrap_or_default())
+            .collect()
     }
 
-    /// As [`Registry::select`], with the forced ISA given explicitly.
-    pub fn select_isa(
-        &self,
-        bits: u32,
-        group: Group,
-        isa: Option<&str>,
-    ) -> Result<(KernelEntry, KernelEntry), Error> {
-        let compiled: Vec<&KernelEntry> = self
-            .all
-            .iter()
-            .filter(|e| e.bits == bits && e.group == group.size().unwrap_or(0))
-            .collect();
-        if compiled.is_empty() {
-            let formats: std::collections::BTreeSet<String> = self
-                .all
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{}-bit group {}",
-                        e.bits,
-                        if e.group == 0 {
-                            "column".into()
-                        } else {
-                            e.group.to_string()
-                        }
-                    )
-                })
-                .collect();
-            return Err(Error::NoKernel(format!(
-                "this build has no kernel for {bits}-bit group {group}; it has: {}. \
-                 Set KGEN_SPECS (e.g. KGEN_SPECS=\"{bits}:{group}\") when building, or generate your own with kgen::build",
-                formats.into_iter().collect::<Vec<_>>().join(", ")
-            )));
-        }
-        let gemv = self.runnable(bits, group, false);
-        let pick = match isa {
-            None => gemv.first().ok_or_else(|| {
-                Error::NoKernel(format!(
-                    "no kernel for {bits}-bit group {group} runs on this CPU"
-                ))
-            })?,
-            Some(name) => {
-                match gemv.iter().find(|e| e.isa == name) {
-                    Some(e) => e,
-                    None if compiled.iter().any(|e| e.isa == name) => {
-                        return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this CPU lacks the features it needs ({:?})",
-                        compiled.iter().find(|e| e.isa == name).map(|e| e.features).unwrap_or(&[])
-                    )))
-                    }
-                    None => {
-                        let isas: std::collections::BTreeSet<_> =
-                            compiled.iter().map(|e| e.isa).collect();
-                        return Err(Error::NoKernel(format!(
-                        "{FORCE_ISA_ENV}={name}, but this build has no {name} kernel for {bits}-bit group {group} (it has {isas:?})"
-                    )));
-                    }
+    /// The kernel a matrix in `format` runs for `op`: the GEMM kernel is the
+    /// one that reads the GEMV kernel's layout (see [`Registry::select_pair`]).
+    pub fn select(&self, format: WeightFormat, op: Op) -> Result<KernelEntry, Error> {
+        let (gemv, gemm) = self.select_pair(format)?;
+        Ok(match op {
+            Op::Gemv => gemv,
+            Op::Gemm => gemm,
+        })
+    }
+
+    /// The GEMV kernel for `format` and the GEMM kernel of the same ISA and
+    /// target that reads its layout (the GEMV kernel itself if there is
+    /// none): what a [`crate::Matrix`] packs for.
+    ///
+    /// - The family: the one that runs the format ([`WeightFormat::families`]).
+    ///   Where two can, the int8 family comes first on CPUs where it has a
+    ///   dot-product ISA (AVX-512 VNNI, AVX-VNNI, i8mm, SVE, dotprod), the f32
+    ///   family first elsewhere.
+    /// - The ISA: the best this CPU runs, or the forced one
+    ///   ([`Registry::with_isa`], else `KGEN_FORCE_ISA`). A forced ISA the CPU
+    ///   lacks, or the build has no kernel of, is an error naming the format,
+    ///   the ISA and the features.
+    pub fn select_pair(&self, format: WeightFormat) -> Result<(KernelEntry, KernelEntry), Error> {
+        let forced = self.forced();
+        let mut first_err = None;
+        for (family, kf) in self.family_order(format.families()) {
+            match self.pick(format, family, kf, forced.as_ref()) {
+                Ok(pair) => return Ok(pair),
+                Err(e) => {
+                    first_err.get_or_insert(e);
                 }
             }
+        }
+        Err(first_err.unwrap_or_else(|| {
+            Error::Unsupported(format!("no kernel family runs {format} weights"))
+        }))
+    }
+
+    /// `families` in the order selection tries them: the int8 family first
+    /// where its best runnable kernel has a dot-product ISA, else the f32
+    /// family first.
+    fn family_order(
+        &self,
+        mut families: Vec<(Family, WeightFormat)>,
+    ) -> Vec<(Family, WeightFormat)> {
+        if families.len() > 1 {
+            let int8_dot = families.iter().any(|&(family, kf)| {
+                family == Family::Int8
+                    && self
+                        .table
+                        .get(&(kf, Op::Gemv))
+                        .and_then(|v| v.first())
+                        .is_some_and(|e| DOT_PRODUCT_ISAS.contains(&e.isa))
+            });
+            let first = if int8_dot { Family::Int8 } else { Family::F32 };
+            families.sort_by_key(|&(family, _)| family != first);
+        }
+        families
+    }
+
+    /// The pair for `format` within one family, whose kernels read `kf`.
+    fn pick(
+        &self,
+        format: WeightFormat,
+        family: Family,
+        kf: WeightFormat,
+        forced: Option<&(String, &'static str)>,
+    ) -> Result<(KernelEntry, KernelEntry), Error> {
+        let compiled = self.compiled.get(&kf).map(Vec::as_slice).unwrap_or(&[]);
+        let what = if kf == format {
+            format!("{format} ({})", format.describe())
+        } else {
+            format!("{format} ({}, run by the {kf} kernels)", format.describe())
+        };
+        if compiled.is_empty() {
+            let have: Vec<String> = self.compiled.keys().map(|f| f.to_string()).collect();
+            return Err(Error::NoKernel(format!(
+                "this build has no {family}-family kernel for {what}; it has: {}. \
+                 Set KGEN_SPECS (e.g. KGEN_SPECS=\"{kf}\") when building, or generate your own with kgen::build",
+                if have.is_empty() { "none".to_string() } else { have.join(", ") }
+            )));
+        }
+        let isas: BTreeSet<&str> = compiled.iter().map(|e| e.isa).collect();
+        let gemv = self
+            .table
+            .get(&(kf, Op::Gemv))
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let pick = match forced {
+            None => *gemv.first().ok_or_else(|| {
+                Error::NoKernel(format!(
+                    "no kernel for {what} runs on this CPU (the build has {isas:?}, whose features it lacks)"
+                ))
+            })?,
+            Some((name, source)) => match gemv.iter().find(|e| e.isa == name) {
+                Some(e) => *e,
+                None => {
+                    let label = if *source == FORCE_ISA_ENV {
+                        format!("{FORCE_ISA_ENV}={name}")
+                    } else {
+                        format!("{source} {name}")
+                    };
+                    return Err(Error::NoKernel(match compiled.iter().find(|e| e.isa == name) {
+                        Some(e) => format!(
+                            "{label}, but this CPU lacks the features the {name} {kf} kernel {} needs ({:?})",
+                            e.name, e.features
+                        ),
+                        None => format!(
+                            "{label}, but this build has no {name} {kf} kernel for {what} (it has {isas:?})"
+                        ),
+                    }));
+                }
+            },
         };
         let gemm = self
-            .runnable(bits, group, true)
-            .iter()
-            .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(pick))
+            .table
+            .get(&(kf, Op::Gemm))
+            .and_then(|v| {
+                v.iter()
+                    .find(|e| e.isa == pick.isa && e.target == pick.target && e.same_layout(&pick))
+            })
             .copied()
-            .unwrap_or(*pick);
-        Ok((*pick, gemm))
+            .unwrap_or(pick);
+        if let Some((name, source)) = forced {
+            // The forced path is the one that runs (by construction; checked).
+            if pick.isa != name || gemm.isa != name {
+                return Err(Error::NoKernel(format!(
+                    "{source} {name}: selected {} / {}",
+                    pick.name, gemm.name
+                )));
+            }
+        }
+        Ok((pick, gemm))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::{F32Params, FamilyParams, Int8Params};
+    use kgen::spec::Group;
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn f32_run(
+        _: *const u32,
+        _: *const f32,
+        _: *const f32,
+        _: *const f32,
+        _: *const f32,
+        _: *mut f32,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: bool,
+    ) {
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn i8_run(
+        _: *const u8,
+        _: *const u16,
+        _: *const i8,
+        _: *const f32,
+        _: *const i32,
+        _: *mut f32,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: usize,
+    ) {
+    }
+
+    fn yes() -> bool {
+        true
+    }
+
+    fn no() -> bool {
+        false
+    }
+
+    fn entry(
+        name: &'static str,
+        isa: &'static str,
+        format: &'static str,
+        gemm: bool,
+        detect: fn() -> bool,
+    ) -> KernelEntry {
+        let f: WeightFormat = format.parse().unwrap();
+        let params = match f.family() {
+            Family::F32 => FamilyParams::F32(F32Params {
+                group: match f {
+                    WeightFormat::Gptq { group, .. } => group.size().unwrap_or(0),
+                    _ => unreachable!(),
+                },
+                m_u: 1,
+                zcurve: false,
+                x_scale: &[1.0],
+                run: f32_run,
+            }),
+            Family::Int8 => FamilyParams::Int8(Int8Params {
+                group_bytes: 4,
+                signed: false,
+                row_pairs: false,
+                run: i8_run,
+            }),
+        };
+        KernelEntry {
+            name,
+            isa,
+            target: "t",
+            features: &["feat"],
+            format,
+            bits: f.bits(),
+            lanes: 8,
+            t_u: 1,
+            m_r: 1,
+            m_b: 1,
+            t_b: 1,
+            gemm,
+            detect,
+            params,
+        }
+    }
+
+    fn registry() -> Registry {
+        Registry::new(vec![
+            entry("a_gemv", "avx512vnni", "q4_0", false, no),
+            entry("b_gemv", "avx2", "q4_0", false, yes),
+            entry("b_gemm", "avx2", "q4_0", true, yes),
+            entry("c_gemv", "portable", "q4_0", false, yes),
+            entry("d_gemv", "avx2", "4:32", false, yes),
+        ])
+        .with_isa(None)
+    }
+
+    #[test]
+    fn best_runnable_first_and_gemm_partner() {
+        let r = registry();
+        let (v, m) = r.select_pair(WeightFormat::Q4_0).unwrap();
+        assert_eq!((v.name, m.name), ("b_gemv", "b_gemm"));
+        let (v, m) = r
+            .with_isa(Some("portable"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap();
+        // No portable GEMM kernel: the GEMV kernel does both.
+        assert_eq!((v.name, m.name), ("c_gemv", "c_gemv"));
+        assert_eq!(
+            r.runnable(WeightFormat::Q4_0, Op::Gemv)
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>(),
+            ["b_gemv", "c_gemv"]
+        );
+        assert_eq!(
+            r.select(WeightFormat::Q4_0, Op::Gemm).unwrap().name,
+            "b_gemm"
+        );
+    }
+
+    #[test]
+    fn errors_name_format_isa_and_features() {
+        let r = registry();
+        let e = r
+            .with_isa(Some("avx512vnni"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("avx512vnni") && e.contains("q4_0") && e.contains("feat"),
+            "{e}"
+        );
+        let e = r
+            .with_isa(Some("neon"))
+            .select_pair(WeightFormat::Q4_0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no neon q4_0 kernel") && e.contains("avx2"),
+            "{e}"
+        );
+        let e = r.select_pair(WeightFormat::Q8_0).unwrap_err().to_string();
+        assert!(
+            e.contains("q8_0") && e.contains("KGEN_SPECS") && e.contains("4:32, q4_0"),
+            "{e}"
+        );
+        let g = WeightFormat::gptq(4, Group::Size(32)).unwrap();
+        assert_eq!(r.select_pair(g).unwrap().0.name, "d_gemv");
+        let e = r
+            .with_isa(Some("avx512vnni"))
+            .select_pair(g)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no avx512vnni 4:32 kernel"), "{e}");
+    }
+
+    /// Where two families run a format (none does yet), the int8 family
+    /// comes first exactly when its best kernel here has a dot-product ISA.
+    #[test]
+    fn int8_first_only_with_a_dot_product_isa() {
+        let g = WeightFormat::gptq(4, Group::Size(32)).unwrap();
+        let both = vec![(Family::F32, g), (Family::Int8, WeightFormat::Q4_0)];
+        let order = |r: &Registry| {
+            r.family_order(both.clone())
+                .into_iter()
+                .map(|(f, _)| f)
+                .collect::<Vec<_>>()
+        };
+        // Best runnable int8 kernel: avx2 (no dot product).
+        assert_eq!(order(&registry()), [Family::F32, Family::Int8]);
+        let dot = Registry::new(vec![
+            entry("a_gemv", "avx512vnni", "q4_0", false, yes),
+            entry("d_gemv", "avx2", "4:32", false, yes),
+        ]);
+        assert_eq!(order(&dot), [Family::Int8, Family::F32]);
     }
 }

@@ -7,10 +7,25 @@ pub enum Error {
     Shape(String),
     /// Quantized data that is not a valid matrix.
     Format(String),
+    /// A weight format no kernel family runs, or a name that is not a format.
+    Unsupported(String),
     /// No kernel for the format, or a forced ISA this CPU or build lacks.
     NoKernel(String),
     /// A weight file that could not be read.
     Load(String),
+}
+
+impl Error {
+    /// The message, without the kind's prefix.
+    pub fn message(&self) -> &str {
+        match self {
+            Error::Shape(m)
+            | Error::Format(m)
+            | Error::Unsupported(m)
+            | Error::NoKernel(m)
+            | Error::Load(m) => m,
+        }
+    }
 }
 
 impl fmt::Display for Error {
@@ -18,6 +33,7 @@ impl fmt::Display for Error {
         match self {
             Error::Shape(m) => write!(f, "shape mismatch: {m}"),
             Error::Format(m) => write!(f, "invalid quantized matrix: {m}"),
+            Error::Unsupported(m) => write!(f, "unsupported weight format: {m}"),
             Error::NoKernel(m) => write!(f, "no kernel: {m}"),
             Error::Load(m) => write!(f, "cannot load weights: {m}"),
         }
@@ -35,5 +51,13 @@ impl From<kgen::format::error::FormatError> for Error {
 impl From<crate::gptq_file::LoadError> for Error {
     fn from(e: crate::gptq_file::LoadError) -> Self {
         Error::Load(e.to_string())
+    }
+}
+
+/// Lets [`crate::Matrix::from_f32`] take a [`crate::WeightFormat`] (whose
+/// conversion cannot fail) as well as a name.
+impl From<std::convert::Infallible> for Error {
+    fn from(e: std::convert::Infallible) -> Self {
+        match e {}
     }
 }

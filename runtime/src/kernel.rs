@@ -1,8 +1,11 @@
-//! What the runtime knows about one generated kernel.
+//! What the runtime knows about one generated kernel, of either family.
 
-/// The entry point every generated kernel exports as `run`: see the generated
+use crate::error::Error;
+use crate::format::{Family, WeightFormat};
+
+/// The entry point an f32-family kernel exports as `run`: see the generated
 /// files' documentation for the argument contract.
-pub type RunFn = unsafe fn(
+pub type F32RunFn = unsafe fn(
     *const u32,
     *const f32,
     *const f32,
@@ -17,54 +20,8 @@ pub type RunFn = unsafe fn(
     bool,
 );
 
-/// One generated kernel and the plan it was generated for.
-#[derive(Clone, Copy, Debug)]
-pub struct KernelEntry {
-    pub name: &'static str,
-    pub isa: &'static str,
-    /// The target description it was planned for.
-    pub target: &'static str,
-    /// Run-time CPU features it needs.
-    pub features: &'static [&'static str],
-    pub bits: u32,
-    /// Group size along K; 0 for whole column.
-    pub group: usize,
-    pub lanes: usize,
-    pub m_u: usize,
-    pub t_u: usize,
-    pub m_r: usize,
-    pub m_b: usize,
-    pub t_b: usize,
-    /// The plan's block order.
-    pub zcurve: bool,
-    /// Factors for the activations, by position within a packing unit, applied
-    /// before the call (the kernel reads in-place-masked levels as `q * 2^shift`).
-    pub x_scale: &'static [f32],
-    /// GEMM (several activation rows per micro kernel) or GEMV.
-    pub gemm: bool,
-    /// Whether the running CPU has `features`.
-    pub detect: fn() -> bool,
-    pub run: RunFn,
-}
-
-impl KernelEntry {
-    /// Whether two kernels read the same packed layout.
-    pub fn same_layout(&self, other: &KernelEntry) -> bool {
-        (
-            self.bits, self.group, self.lanes, self.t_u, self.m_b, self.t_b,
-        ) == (
-            other.bits,
-            other.group,
-            other.lanes,
-            other.t_u,
-            other.m_b,
-            other.t_b,
-        )
-    }
-}
-
-/// The entry point of a generated int8-activation kernel (`run`).
-pub type I8RunFn = unsafe fn(
+/// The entry point an int8-family kernel exports as `run`.
+pub type Int8RunFn = unsafe fn(
     *const u8,
     *const u16,
     *const i8,
@@ -78,23 +35,32 @@ pub type I8RunFn = unsafe fn(
     usize,
 );
 
-/// One generated int8-activation kernel and its plan.
+/// The operation a kernel was planned for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Op {
+    /// One activation row.
+    Gemv,
+    /// Several activation rows per micro kernel.
+    Gemm,
+}
+
+/// The f32 family's part of a [`KernelEntry`].
 #[derive(Clone, Copy, Debug)]
-pub struct I8KernelEntry {
-    pub name: &'static str,
-    pub isa: &'static str,
-    pub target: &'static str,
-    pub features: &'static [&'static str],
-    /// The weight format it reads: `q4_0`, `q8_0` or `iq4_nl`.
-    pub format: &'static str,
-    /// 4 (Q4_0 / IQ4_NL layout) or 8 (Q8_0 layout).
-    pub bits: u32,
-    /// Columns interleaved per vector.
-    pub lanes: usize,
-    pub t_u: usize,
-    pub m_r: usize,
-    pub m_b: usize,
-    pub t_b: usize,
+pub struct F32Params {
+    /// Group size along K; 0 for whole column.
+    pub group: usize,
+    pub m_u: usize,
+    /// The plan's block order.
+    pub zcurve: bool,
+    /// Factors for the activations, by position within a packing unit, applied
+    /// before the call (the kernel reads in-place-masked levels as `q * 2^shift`).
+    pub x_scale: &'static [f32],
+    pub run: F32RunFn,
+}
+
+/// The int8 family's part of a [`KernelEntry`].
+#[derive(Clone, Copy, Debug)]
+pub struct Int8Params {
     /// Bytes of a column per lane and chunk: 4, or 8 for the pair layouts
     /// (Q4_0_4_8 / Q4_0_8_8).
     pub group_bytes: usize,
@@ -102,35 +68,109 @@ pub struct I8KernelEntry {
     pub signed: bool,
     /// Reads activation rows interleaved in pairs (`ActFormat::row_pairs`).
     pub row_pairs: bool,
-    pub gemm: bool,
-    pub detect: fn() -> bool,
-    pub run: I8RunFn,
+    pub run: Int8RunFn,
 }
 
-impl I8KernelEntry {
-    /// Codebook formats (IQ4_NL): 4-bit indices, looked up by the kernel.
-    pub fn codebook(&self) -> bool {
-        kgen::format::by_tag(self.format).is_some_and(|f| f.codebook().is_some())
+/// What is particular to a kernel's family, and its entry point.
+#[derive(Clone, Copy, Debug)]
+pub enum FamilyParams {
+    F32(F32Params),
+    Int8(Int8Params),
+}
+
+/// One generated kernel and the plan it was generated for.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelEntry {
+    pub name: &'static str,
+    pub isa: &'static str,
+    /// The target description it was planned for.
+    pub target: &'static str,
+    /// Run-time CPU features it needs.
+    pub features: &'static [&'static str],
+    /// The weight format it reads, as a [`WeightFormat`] name: `4:128`,
+    /// `3:col` (f32 family), `q4_0`, `q8_0`, `iq4_nl` (int8 family).
+    pub format: &'static str,
+    /// Bits per weight level.
+    pub bits: u32,
+    /// Columns per vector.
+    pub lanes: usize,
+    pub t_u: usize,
+    pub m_r: usize,
+    pub m_b: usize,
+    pub t_b: usize,
+    /// GEMM (several activation rows per micro kernel) or GEMV.
+    pub gemm: bool,
+    /// Whether the running CPU has `features`.
+    pub detect: fn() -> bool,
+    /// The family's parameters and entry point.
+    pub params: FamilyParams,
+}
+
+impl KernelEntry {
+    pub fn family(&self) -> Family {
+        match self.params {
+            FamilyParams::F32(_) => Family::F32,
+            FamilyParams::Int8(_) => Family::Int8,
+        }
     }
 
-    pub fn same_layout(&self, other: &I8KernelEntry) -> bool {
-        self.format == other.format
-            && (
-                self.bits,
-                self.lanes,
-                self.t_u,
-                self.m_b,
-                self.t_b,
-                self.group_bytes,
-                self.signed,
-            ) == (
-                other.bits,
-                other.lanes,
-                other.t_u,
-                other.m_b,
-                other.t_b,
-                other.group_bytes,
-                other.signed,
-            )
+    pub fn op(&self) -> Op {
+        if self.gemm {
+            Op::Gemm
+        } else {
+            Op::Gemv
+        }
+    }
+
+    /// The weight format it reads, parsed from [`KernelEntry::format`].
+    pub fn weight_format(&self) -> Result<WeightFormat, Error> {
+        let f: WeightFormat = self.format.parse().map_err(|e: Error| {
+            Error::NoKernel(format!("kernel {}: {}", self.name, e.message()))
+        })?;
+        if f.family() != self.family() || f.bits() != self.bits {
+            return Err(Error::NoKernel(format!(
+                "kernel {} is an {} kernel of {} bits, but says it reads {f}",
+                self.name,
+                self.family(),
+                self.bits
+            )));
+        }
+        Ok(f)
+    }
+
+    /// The f32 family's parameters, if it is an f32 kernel.
+    pub fn f32(&self) -> Option<&F32Params> {
+        match &self.params {
+            FamilyParams::F32(p) => Some(p),
+            FamilyParams::Int8(_) => None,
+        }
+    }
+
+    /// The int8 family's parameters, if it is an int8 kernel.
+    pub fn int8(&self) -> Option<&Int8Params> {
+        match &self.params {
+            FamilyParams::Int8(p) => Some(p),
+            FamilyParams::F32(_) => None,
+        }
+    }
+
+    /// IQ4_NL: 4-bit codebook indices, looked up by the kernel.
+    pub fn codebook(&self) -> bool {
+        self.format == "iq4_nl"
+    }
+
+    /// Whether two kernels read the same packed layout.
+    pub fn same_layout(&self, other: &KernelEntry) -> bool {
+        let common = self.format == other.format
+            && (self.bits, self.lanes, self.t_u, self.m_b, self.t_b)
+                == (other.bits, other.lanes, other.t_u, other.m_b, other.t_b);
+        common
+            && match (&self.params, &other.params) {
+                (FamilyParams::F32(a), FamilyParams::F32(b)) => a.group == b.group,
+                (FamilyParams::Int8(a), FamilyParams::Int8(b)) => {
+                    (a.group_bytes, a.signed) == (b.group_bytes, b.signed)
+                }
+                _ => false,
+            }
     }
 }

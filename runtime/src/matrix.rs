@@ -1,160 +1,169 @@
-//! The packed quantized matrix and its products.
+//! [`Matrix`]: a weight matrix in any format, packed for the best kernel
+//! this CPU runs, whatever the family.
 
 use crate::dispatch::Registry;
 use crate::error::Error;
-use crate::gptq_file::{self, GptqOptions};
+use crate::family::{f32::F32Matrix, int8::Int8Matrix};
+use crate::format::{Family, WeightFormat};
+use crate::gguf::GgufFile;
+use crate::gptq_file::{self, GptqLayer, GptqOptions};
 use crate::kernel::KernelEntry;
 use crate::pool::{self, Pool};
+use kgen::format::ggml::GgmlMatrix;
 use kgen::format::gptq::GptqMatrix;
-use kgen::layout::f32::{Layout, Packed, Tiling};
-use kgen::spec::Group;
+use kgen::format::symmetric::quantize_symmetric;
+use std::fmt;
 use std::path::Path;
-use std::time::Instant;
 
-/// A weight matrix `W` (K x N, `y = x W`) packed for one kernel.
-pub struct QuantMatrix {
-    layout: Layout,
-    packed: Packed,
-    gemv: KernelEntry,
-    gemm: KernelEntry,
-    /// Act-order: row `j` of the packed matrix is row `perm[j]` of the original.
-    perm: Option<Vec<u32>>,
-    zcurve: bool,
-    repack_seconds: f64,
+/// A weight matrix `W` (K x N, `y = x W`), packed for the kernels that run
+/// its format fastest on this CPU.
+///
+/// Construct it from a GGUF tensor ([`Matrix::from_gguf`],
+/// [`Matrix::from_ggml`]), a GPTQ layer ([`Matrix::from_gptq_file`],
+/// [`Matrix::from_gptq_layer`], [`Matrix::from_gptq`]) or f32 weights
+/// quantized to a [`WeightFormat`] ([`Matrix::from_f32`]); multiply with
+/// [`Matrix::gemv`], [`Matrix::gemm`] or [`Matrix::gemm_on`].
+///
+/// **Which kernel.** The format decides the family
+/// ([`WeightFormat::families`]): GGUF Q4_0 / Q8_0 / IQ4_NL and kgen's
+/// symmetric groups run on the int8 family (activations quantized to int8 per
+/// 32-block on each call); GPTQ formats, which have zero points, on the f32
+/// family (the int8 family has no zero-point kernels yet). If a format can
+/// run on both families, the int8 family is preferred on CPUs where it has a
+/// dot-product ISA (AVX-512 VNNI, AVX-VNNI, Arm dotprod / i8mm / SVE) and the
+/// f32 family elsewhere. Within the family, the best ISA this CPU runs, or
+/// the one `KGEN_FORCE_ISA` (or [`Registry::with_isa`]) forces: a forced ISA
+/// the CPU or the build lacks is an error. [`Matrix::kernel`] and the
+/// `Display` form say what was picked.
+///
+/// The constructors without `_with` use the kernels built into this crate
+/// ([`Registry::builtin`]); the `_with` ones take a registry, e.g. the
+/// kernels a downstream `build.rs` generated (`Registry::new(kernels())`).
+///
+/// Nothing here panics on bad input: shapes, data and formats that do not fit
+/// are an [`Error`].
+pub struct Matrix {
+    format: WeightFormat,
+    backend: Backend,
 }
 
-impl std::fmt::Debug for QuantMatrix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("QuantMatrix")
-            .field("k", &self.layout.k)
-            .field("n", &self.layout.n)
-            .field("bits", &self.layout.bits)
-            .field("group", &self.layout.group)
-            .field("gemv", &self.gemv.name)
-            .field("gemm", &self.gemm.name)
-            .finish()
+enum Backend {
+    F32(F32Matrix),
+    Int8(Int8Matrix),
+}
+
+impl Matrix {
+    /// A GGUF tensor (Q4_0, Q8_0, IQ4_NL) from memory. F32 / F16 tensors are
+    /// refused: no kernel runs them, and quantizing silently would hide a
+    /// loss of precision; quantize them explicitly with
+    /// `Matrix::from_f32(&m.dequantize(), m.k, m.n, format)`.
+    pub fn from_ggml(m: &GgmlMatrix) -> Result<Matrix, Error> {
+        Self::from_ggml_with(Registry::builtin(), m)
     }
-}
 
-fn log_enabled() -> bool {
-    std::env::var_os("KGEN_LOG").is_some()
-}
-
-impl QuantMatrix {
-    /// Packs a GPTQ matrix for the best kernel of the built-in registry.
-    pub fn from_gptq(m: &GptqMatrix) -> Result<QuantMatrix, Error> {
-        Self::from_gptq_with(Registry::builtin(), m, None)
+    /// As [`Matrix::from_ggml`], with the kernels of `registry`.
+    pub fn from_ggml_with(registry: &Registry, m: &GgmlMatrix) -> Result<Matrix, Error> {
+        let format = ggml_format(m)?;
+        Self::ggml(registry, m, format, m.k)
     }
 
-    /// Packs a GPTQ matrix for the best kernel of `registry`. `perm` is an
-    /// act-order row permutation (see [`gptq_file::GptqLayer`]).
-    pub fn from_gptq_with(
+    /// A 2-D tensor of a GGUF file (`dims[0]` is K, `dims[1]` N), in any
+    /// format [`Matrix::from_ggml`] takes.
+    pub fn from_gguf(path: impl AsRef<Path>, tensor: &str) -> Result<Matrix, Error> {
+        Self::from_gguf_with(Registry::builtin(), path, tensor)
+    }
+
+    /// As [`Matrix::from_gguf`], with the kernels of `registry`.
+    pub fn from_gguf_with(
         registry: &Registry,
-        m: &GptqMatrix,
-        perm: Option<Vec<u32>>,
-    ) -> Result<QuantMatrix, Error> {
-        let forced = std::env::var(crate::FORCE_ISA_ENV)
-            .ok()
-            .filter(|s| !s.is_empty());
-        Self::from_gptq_isa(registry, m, perm, forced.as_deref())
+        path: impl AsRef<Path>,
+        tensor: &str,
+    ) -> Result<Matrix, Error> {
+        let path = path.as_ref();
+        let file = GgufFile::open(path).map_err(|e| Error::Load(e.to_string()))?;
+        let m = file
+            .matrix(tensor)
+            .map_err(|e| Error::Load(e.to_string()))?;
+        let format = ggml_format(&m).map_err(|e| {
+            Error::Unsupported(format!(
+                "{}: tensor {tensor:?}: {}",
+                path.display(),
+                e.message()
+            ))
+        })?;
+        Self::ggml(registry, &m, format, m.k)
     }
 
-    /// As [`QuantMatrix::from_gptq_with`] with the ISA chosen by the caller
-    /// (`None`: the best this CPU runs) instead of `KGEN_FORCE_ISA`.
-    pub fn from_gptq_isa(
+    /// A GPTQ matrix, rows in order (see [`Matrix::from_gptq_layer`] for
+    /// act-order layers).
+    pub fn from_gptq(m: &GptqMatrix) -> Result<Matrix, Error> {
+        Self::from_gptq_with(Registry::builtin(), m)
+    }
+
+    /// As [`Matrix::from_gptq`], with the kernels of `registry`.
+    pub fn from_gptq_with(registry: &Registry, m: &GptqMatrix) -> Result<Matrix, Error> {
+        Self::gptq(registry, m, None)
+    }
+
+    /// A loaded GPTQ layer, act-order permutation included: the activations
+    /// are permuted the same way on every call.
+    pub fn from_gptq_layer(layer: GptqLayer) -> Result<Matrix, Error> {
+        Self::from_gptq_layer_with(Registry::builtin(), layer)
+    }
+
+    /// As [`Matrix::from_gptq_layer`], with the kernels of `registry`.
+    pub fn from_gptq_layer_with(registry: &Registry, layer: GptqLayer) -> Result<Matrix, Error> {
+        Self::gptq(registry, &layer.matrix, layer.perm)
+    }
+
+    /// Loads the GPTQ layer `prefix` (`{prefix}.qweight`, `.qzeros`,
+    /// `.scales`, optional `.g_idx`) from a safetensors file.
+    pub fn from_gptq_file(
+        path: impl AsRef<Path>,
+        prefix: &str,
+        opts: &GptqOptions,
+    ) -> Result<Matrix, Error> {
+        Self::from_gptq_file_with(Registry::builtin(), path, prefix, opts)
+    }
+
+    /// As [`Matrix::from_gptq_file`], with the kernels of `registry`.
+    pub fn from_gptq_file_with(
         registry: &Registry,
-        m: &GptqMatrix,
-        perm: Option<Vec<u32>>,
-        isa: Option<&str>,
-    ) -> Result<QuantMatrix, Error> {
-        let (gemv, gemm) = registry.select_isa(m.bits, m.group, isa)?;
-        Self::from_gptq_kernels(m, perm, gemv, gemm)
+        path: impl AsRef<Path>,
+        prefix: &str,
+        opts: &GptqOptions,
+    ) -> Result<Matrix, Error> {
+        let layer = gptq_file::load_gptq(path.as_ref(), prefix, opts)?;
+        Self::from_gptq_layer_with(registry, layer)
     }
 
-    /// Packs for an explicitly chosen pair of kernels (they must share a
-    /// layout and run on this CPU): what `kgen tune` times candidates with.
-    pub fn from_gptq_kernels(
-        m: &GptqMatrix,
-        perm: Option<Vec<u32>>,
-        gemv: KernelEntry,
-        gemm: KernelEntry,
-    ) -> Result<QuantMatrix, Error> {
-        m.validate()?;
-        if let Some(p) = &perm {
-            let mut seen = vec![false; m.k];
-            if p.len() != m.k
-                || !p
-                    .iter()
-                    .all(|&i| (i as usize) < m.k && !std::mem::replace(&mut seen[i as usize], true))
-            {
-                return Err(Error::Format(format!(
-                    "act-order permutation is not a permutation of 0..{}",
-                    m.k
-                )));
-            }
-        }
-        let group = m.group.size().unwrap_or(0);
-        for e in [&gemv, &gemm] {
-            if (e.bits, e.group) != (m.bits, group) {
-                return Err(Error::NoKernel(format!(
-                    "kernel {} is for {}-bit group {}, the matrix is {}-bit group {}",
-                    e.name, e.bits, e.group, m.bits, m.group
-                )));
-            }
-            if !(e.detect)() {
-                return Err(Error::NoKernel(format!(
-                    "kernel {} needs {:?}, which this CPU lacks",
-                    e.name, e.features
-                )));
-            }
-        }
-        if !gemv.same_layout(&gemm) {
-            return Err(Error::NoKernel(format!(
-                "kernels {} and {} read different layouts",
-                gemv.name, gemm.name
-            )));
-        }
-        let tiling = Tiling {
-            lanes: gemv.lanes,
-            t_u: gemv.t_u,
-            m_b: gemv.m_b,
-            t_b: gemv.t_b,
-        };
-        let layout = Layout::new(m.bits, m.group, tiling, m.k, m.n);
-        let t0 = Instant::now();
-        let packed = layout.repack(m);
-        let repack_seconds = t0.elapsed().as_secs_f64();
-        if log_enabled() {
-            eprintln!(
-                "kgen: repacked {}x{} {}-bit group {} for {} in {:.2} ms",
-                m.k,
-                m.n,
-                m.bits,
-                m.group,
-                gemv.name,
-                repack_seconds * 1e3
-            );
-        }
-        Ok(QuantMatrix {
-            layout,
-            packed,
-            gemv,
-            gemm,
-            perm,
-            zcurve: gemv.zcurve,
-            repack_seconds,
-        })
+    /// Quantizes f32 weights (`k x n` row-major) to `format`, a
+    /// [`WeightFormat`] or its name (`"q4_0"`, `"q8_0"`, `"iq4_nl"`,
+    /// `"4:128"`, `"3:col"`, `"q4_0:128"`): GPTQ formats round to nearest per
+    /// group (scale and zero from the group's range), the GGUF ones as
+    /// llama.cpp does. K need not be a multiple of 32: the int8 formats pad it
+    /// with zero weights, and the matrix keeps the caller's K.
+    pub fn from_f32<F>(w: &[f32], k: usize, n: usize, format: F) -> Result<Matrix, Error>
+    where
+        F: TryInto<WeightFormat>,
+        Error: From<F::Error>,
+    {
+        Self::from_f32_with(Registry::builtin(), w, k, n, format)
     }
 
-    /// Quantizes f32 weights (`k x n` row-major) round-to-nearest per group.
-    pub fn from_f32(
+    /// As [`Matrix::from_f32`], with the kernels of `registry`.
+    pub fn from_f32_with<F>(
+        registry: &Registry,
         w: &[f32],
         k: usize,
         n: usize,
-        bits: u32,
-        group: Group,
-    ) -> Result<QuantMatrix, Error> {
-        Self::check_format(bits, group)?;
+        format: F,
+    ) -> Result<Matrix, Error>
+    where
+        F: TryInto<WeightFormat>,
+        Error: From<F::Error>,
+    {
+        let format: WeightFormat = format.try_into()?;
         if k == 0 || n == 0 || w.len() != k * n {
             return Err(Error::Shape(format!(
                 "{} weights given for a {k}x{n} matrix",
@@ -164,92 +173,148 @@ impl QuantMatrix {
         if let Some(v) = w.iter().find(|v| !v.is_finite()) {
             return Err(Error::Format(format!("weight {v} is not finite")));
         }
-        Self::from_gptq(&GptqMatrix::quantize_rtn(k, n, bits, group, w))
-    }
-
-    /// Builds from raw GPTQ-packed buffers: `qweight` (`k*bits/32` rows x `n`,
-    /// K padded to whole 32-value units), `scales` and `zeros` (`groups x n`,
-    /// zeros in the `s * (q - z)` convention).
-    pub fn from_raw(
-        k: usize,
-        n: usize,
-        bits: u32,
-        group: Group,
-        qweight: Vec<u32>,
-        scales: Vec<f32>,
-        zeros: Vec<f32>,
-    ) -> Result<QuantMatrix, Error> {
-        Self::check_format(bits, group)?;
-        let m = GptqMatrix {
-            k,
-            n,
-            bits,
-            group,
-            qweight,
-            scales,
-            zeros,
+        let g = match format {
+            WeightFormat::Gptq { bits, group } => {
+                return Self::gptq(
+                    registry,
+                    &GptqMatrix::quantize_rtn(k, n, bits, group, w),
+                    None,
+                )
+            }
+            WeightFormat::Symmetric { bits, group } => quantize_symmetric(w, k, n, bits, group),
+            // The table format's own reference quantizer, K padded with zeros
+            // to whole blocks.
+            WeightFormat::Ggml(t) => {
+                let k_pad = k.next_multiple_of(t.block_values());
+                let mut wp = w.to_vec();
+                wp.resize(k_pad * n, 0.0);
+                GgmlMatrix::quantize(&wp, k_pad, n, t)
+            }
         };
-        m.validate()?;
-        if let Some(z) = m
-            .zeros
-            .iter()
-            .find(|&&z| z < 0.0 || z > ((1u32 << bits) - 1) as f32 + 1.0)
-        {
-            return Err(Error::Format(format!(
-                "zero point {z} is outside the {bits}-bit levels"
-            )));
+        Self::ggml(registry, &g, format, k)
+    }
+
+    /// Packs a GPTQ matrix for an explicit pair of f32-family kernels (same
+    /// layout, runnable on this CPU): how `kgen tune` and the tests time and
+    /// check one kernel. Usual code lets the constructors above choose.
+    pub fn from_gptq_kernels(
+        m: &GptqMatrix,
+        gemv: KernelEntry,
+        gemm: KernelEntry,
+    ) -> Result<Matrix, Error> {
+        let format = WeightFormat::gptq(m.bits, m.group)?;
+        let backend = Backend::F32(F32Matrix::pack(m, None, gemv, gemm)?);
+        Ok(Matrix { format, backend })
+    }
+
+    /// Packs GGUF-block weights for an explicit pair of int8-family kernels
+    /// (same layout, runnable on this CPU). See [`Matrix::from_gptq_kernels`].
+    pub fn from_ggml_kernels(
+        m: &GgmlMatrix,
+        gemv: KernelEntry,
+        gemm: KernelEntry,
+    ) -> Result<Matrix, Error> {
+        let format = ggml_format(m)?;
+        let backend = Backend::Int8(Int8Matrix::pack(m, m.k, gemv, gemm)?);
+        Ok(Matrix { format, backend })
+    }
+
+    fn gptq(registry: &Registry, m: &GptqMatrix, perm: Option<Vec<u32>>) -> Result<Matrix, Error> {
+        let format = WeightFormat::gptq(m.bits, m.group)?;
+        let (gemv, gemm) = registry.select_pair(format)?;
+        let backend = match gemv.family() {
+            Family::F32 => Backend::F32(F32Matrix::pack(m, perm, gemv, gemm)?),
+            Family::Int8 => return Err(not_packable(format, &gemv)),
+        };
+        Ok(Matrix { format, backend })
+    }
+
+    /// `m` holds `format`'s blocks; `k` is the caller's K (`m.k` less padding).
+    fn ggml(
+        registry: &Registry,
+        m: &GgmlMatrix,
+        format: WeightFormat,
+        k: usize,
+    ) -> Result<Matrix, Error> {
+        let (gemv, gemm) = registry.select_pair(format)?;
+        let backend = match gemv.family() {
+            Family::Int8 => Backend::Int8(Int8Matrix::pack(m, k, gemv, gemm)?),
+            Family::F32 => return Err(not_packable(format, &gemv)),
+        };
+        Ok(Matrix { format, backend })
+    }
+
+    /// The weight format.
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// The kernel family that runs it.
+    pub fn family(&self) -> Family {
+        match self.backend {
+            Backend::F32(_) => Family::F32,
+            Backend::Int8(_) => Family::Int8,
         }
-        Self::from_gptq(&m)
-    }
-
-    /// Loads one GPTQ layer (`{prefix}.qweight`, `.qzeros`, `.scales`, optional
-    /// `.g_idx`) from a safetensors file.
-    pub fn from_gptq_file(
-        path: &Path,
-        prefix: &str,
-        opts: &GptqOptions,
-    ) -> Result<QuantMatrix, Error> {
-        let layer = gptq_file::load_gptq(path, prefix, opts)?;
-        Self::from_gptq_with(Registry::builtin(), &layer.matrix, layer.perm)
-    }
-
-    fn check_format(bits: u32, group: Group) -> Result<(), Error> {
-        kgen::spec::KernelSpec::new(kgen::spec::Op::Gemv, bits, group)
-            .map(|_| ())
-            .map_err(|e| Error::Format(e.to_string()))
     }
 
     pub fn k(&self) -> usize {
-        self.layout.k
+        match &self.backend {
+            Backend::F32(m) => m.k(),
+            Backend::Int8(m) => m.k(),
+        }
     }
 
     pub fn n(&self) -> usize {
-        self.layout.n
+        match &self.backend {
+            Backend::F32(m) => m.n(),
+            Backend::Int8(m) => m.n(),
+        }
     }
 
-    /// The GEMV kernel this matrix dispatches to.
+    /// The kernel dispatch picked: the GEMV kernel, whose ISA, target and
+    /// layout the GEMM kernel shares.
+    pub fn kernel(&self) -> &KernelEntry {
+        self.gemv_kernel()
+    }
+
+    /// The kernel [`Matrix::gemv`] (one row) runs.
     pub fn gemv_kernel(&self) -> &KernelEntry {
-        &self.gemv
+        match &self.backend {
+            Backend::F32(m) => m.gemv_kernel(),
+            Backend::Int8(m) => m.gemv_kernel(),
+        }
     }
 
-    /// The GEMM kernel this matrix dispatches to.
+    /// The kernel [`Matrix::gemm`] runs for more than one row.
     pub fn gemm_kernel(&self) -> &KernelEntry {
-        &self.gemm
+        match &self.backend {
+            Backend::F32(m) => m.gemm_kernel(),
+            Backend::Int8(m) => m.gemm_kernel(),
+        }
     }
 
     /// Seconds the repack into the kernel's layout took.
     pub fn repack_seconds(&self) -> f64 {
-        self.repack_seconds
+        match &self.backend {
+            Backend::F32(m) => m.repack_seconds(),
+            Backend::Int8(m) => m.repack_seconds(),
+        }
     }
 
-    /// Packed weight bytes (what a GEMV streams).
+    /// Packed weight bytes, scales included (what a GEMV streams).
     pub fn weight_bytes(&self) -> usize {
-        self.packed.w.len() * 4
+        match &self.backend {
+            Backend::F32(m) => m.weight_bytes(),
+            Backend::Int8(m) => m.weight_bytes(),
+        }
     }
 
-    /// Overrides the plan's block order (both orders compute the same result).
+    /// Overrides the plan's block order of an f32-family kernel (both orders
+    /// compute the same result); the int8 kernels have one order and ignore it.
     pub fn set_zcurve(&mut self, zcurve: bool) {
-        self.zcurve = zcurve;
+        if let Backend::F32(m) = &mut self.backend {
+            m.set_zcurve(zcurve);
+        }
     }
 
     /// `y = x W` for one activation row (`x`: k values, `y`: n values).
@@ -262,71 +327,70 @@ impl QuantMatrix {
         self.gemm_on(pool::global(), x, m, y)
     }
 
-    /// As [`QuantMatrix::gemm`], on a given pool (its thread count).
+    /// As [`Matrix::gemm`], on a given pool (its thread count).
     pub fn gemm_on(&self, pool: &Pool, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), Error> {
-        let l = &self.layout;
-        crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
-        let kernel = if m == 1 { &self.gemv } else { &self.gemm };
-        // Activations padded to k_pad (and permuted for act-order), plus the
-        // per-group sums the eq. 1/2 zero-point terms need.
-        let groups = l.groups_pad();
-        let gsize = l.k_pad / groups;
-        let mut xp = vec![0f32; m * l.k_pad];
-        let mut xs = vec![0f32; m * groups];
-        for r in 0..m {
-            let src = &x[r * l.k..(r + 1) * l.k];
-            let dst = &mut xp[r * l.k_pad..r * l.k_pad + l.k];
-            match &self.perm {
-                Some(p) => dst
-                    .iter_mut()
-                    .zip(p)
-                    .for_each(|(d, &i)| *d = src[i as usize]),
-                None => dst.copy_from_slice(src),
-            }
-            for g in 0..groups {
-                let s: f64 = xp[r * l.k_pad + g * gsize..r * l.k_pad + (g + 1) * gsize]
-                    .iter()
-                    .map(|&v| v as f64)
-                    .sum();
-                xs[r * groups + g] = s as f32;
-            }
-            // Pre-scale after the group sums, which need the plain values.
-            let row = &mut xp[r * l.k_pad..(r + 1) * l.k_pad];
-            for unit in row.chunks_exact_mut(kernel.x_scale.len()) {
-                unit.iter_mut()
-                    .zip(kernel.x_scale)
-                    .for_each(|(v, f)| *v *= f);
-            }
+        match &self.backend {
+            Backend::F32(w) => w.gemm_on(pool, x, m, y),
+            Backend::Int8(w) => w.gemm_on(pool, x, m, y),
         }
-        let (w, sc, nz) = (
-            self.packed.w.as_ptr() as usize,
-            self.packed.sc.as_ptr() as usize,
-            self.packed.nz.as_ptr() as usize,
-        );
-        let (xptr, xsptr) = (xp.as_ptr() as usize, xs.as_ptr() as usize);
-        let run = kernel.run;
-        let (k_pad, n_pad, zcurve) = (l.k_pad, l.n_pad, self.zcurve);
-        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
-            // SAFETY: the kernel was selected by feature detection; the buffers
-            // have the layout's sizes (checked above and by construction); each
-            // call writes only panels p0..p1 of y.
-            unsafe {
-                run(
-                    w as *const u32,
-                    sc as *const f32,
-                    nz as *const f32,
-                    xptr as *const f32,
-                    xsptr as *const f32,
-                    y,
-                    m,
-                    k_pad,
-                    n_pad,
-                    p0,
-                    p1,
-                    zcurve,
-                )
-            }
-        });
-        Ok(())
+    }
+
+    /// What runs: family, format, ISA, target and kernels, e.g. `int8
+    /// family, q4_0 (GGUF Q4_0), ISA avx512vnni (target x86-64-v4-vnni),
+    /// kernels q4_0_gemv_1x64__avx512vnni / q4_0_gemm_8x16__avx512vnni`.
+    pub fn describe(&self) -> String {
+        let (v, m) = (self.gemv_kernel(), self.gemm_kernel());
+        let kernels = if v.name == m.name {
+            format!("kernel {}", v.name)
+        } else {
+            format!("kernels {} / {}", v.name, m.name)
+        };
+        format!(
+            "{} family, {} ({}), ISA {} (target {}), {kernels}",
+            self.family(),
+            self.format,
+            self.format.describe(),
+            v.isa,
+            v.target
+        )
+    }
+}
+
+/// The format of a GGUF matrix; the float types are refused.
+fn ggml_format(m: &GgmlMatrix) -> Result<WeightFormat, Error> {
+    WeightFormat::from_ggml(m.dtype).ok_or_else(|| {
+        Error::Unsupported(format!(
+            "{} weights have no kernel: quantize them with \
+             Matrix::from_f32(&m.dequantize(), m.k, m.n, format), e.g. format \"q8_0\" or \"4:128\"",
+            m.dtype
+        ))
+    })
+}
+
+/// A family was selected whose weights this source cannot be converted to.
+fn not_packable(format: WeightFormat, kernel: &KernelEntry) -> Error {
+    Error::Unsupported(format!(
+        "{format} weights cannot be packed for the {} kernel {} yet",
+        kernel.family(),
+        kernel.name
+    ))
+}
+
+impl fmt::Display for Matrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{} matrix, {}", self.k(), self.n(), self.describe())
+    }
+}
+
+impl fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Matrix")
+            .field("k", &self.k())
+            .field("n", &self.n())
+            .field("format", &self.format.to_string())
+            .field("family", &self.family())
+            .field("gemv", &self.gemv_kernel().name)
+            .field("gemm", &self.gemm_kernel().name)
+            .finish()
     }
 }

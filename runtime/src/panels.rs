@@ -1,4 +1,4 @@
-//! What both matrix types do around a kernel call: check the shapes, split
+//! What both families' back-ends do around a kernel call: check the shapes, split
 //! the column panels across the pool, and write through a padded output when
 //! `n` is not a whole number of tiles.
 

@@ -7,8 +7,7 @@
 mod common;
 
 use common::sve_vector_bits;
-use kgen_runtime::{Group, Registry};
-use std::collections::BTreeSet;
+use kgen_runtime::{Family, Matrix, Op, Registry, WeightFormat};
 
 /// A build with `KGEN_TARGETS` set holds whatever it names.
 fn default_build() -> bool {
@@ -23,18 +22,17 @@ fn neon_first_then_portable_for_every_format() {
     }
     assert!(std::arch::is_aarch64_feature_detected!("neon"));
     let reg = Registry::builtin();
-    let formats: BTreeSet<(u32, usize)> = reg.all().iter().map(|e| (e.bits, e.group)).collect();
+    let formats: Vec<WeightFormat> = reg
+        .formats()
+        .into_iter()
+        .filter(|f| f.family() == Family::F32)
+        .collect();
     assert!(!formats.is_empty());
-    for (bits, g) in formats {
-        let group = if g == 0 {
-            Group::Column
-        } else {
-            Group::Size(g)
-        };
-        for gemm in [false, true] {
-            let runnable = reg.runnable(bits, group, gemm);
+    for format in formats {
+        for op in [Op::Gemv, Op::Gemm] {
+            let runnable = reg.runnable(format, op);
             let isas: Vec<&str> = runnable.iter().map(|e| e.isa).collect();
-            assert_eq!(isas, ["neon", "portable"], "{bits}-bit g{g} gemm {gemm}");
+            assert_eq!(isas, ["neon", "portable"], "{format} {op:?}");
             let neon = &runnable[0];
             assert_eq!(
                 (neon.target, neon.features, neon.lanes),
@@ -47,7 +45,7 @@ fn neon_first_then_portable_for_every_format() {
             assert_eq!(portable.target, "generic-aarch64-portable");
             assert!(portable.features.is_empty());
         }
-        let (gemv, gemm) = reg.select_isa(bits, group, None).unwrap();
+        let (gemv, gemm) = reg.with_isa(None).select_pair(format).unwrap();
         assert_eq!((gemv.isa, gemm.isa), ("neon", "neon"));
     }
 }
@@ -69,8 +67,9 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
         if !common::i8_format_built(format) {
             continue;
         }
+        let wformat: WeightFormat = format.parse().unwrap();
         let isas: Vec<&str> = reg
-            .runnable_i8_format(format, false)
+            .runnable(wformat, Op::Gemv)
             .iter()
             .map(|e| e.isa)
             .collect();
@@ -91,11 +90,11 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
         } else {
             kgen::format::symmetric::quantize_symmetric(&wf, 64, 8, bits, 32)
         };
-        let m = kgen_runtime::Int8Matrix::from_ggml(&w).unwrap();
+        let m = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);
         assert_eq!(m.gemm_kernel().isa, want[0]);
         for (isa, has) in [("i8mm", i8mm), ("dotprod", dotprod)] {
-            let forced = kgen_runtime::Int8Matrix::from_ggml_isa(reg, &w, Some(isa));
+            let forced = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w);
             assert_eq!(
                 forced.is_ok(),
                 has,
@@ -105,11 +104,12 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
         if i8mm {
             // The smmla GEMM reads row-paired activations; the GEMV does not.
             let g = reg
-                .runnable_i8_format(format, true)
+                .runnable(wformat, Op::Gemm)
                 .into_iter()
                 .find(|e| e.isa == "i8mm")
                 .unwrap();
-            assert!(g.row_pairs && g.group_bytes == 8 && g.name.contains("gemm"));
+            let p = g.int8().unwrap();
+            assert!(p.row_pairs && p.group_bytes == 8 && g.name.contains("gemm"));
         }
     }
 }

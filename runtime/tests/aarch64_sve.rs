@@ -14,7 +14,7 @@ mod common;
 use common::sve_vector_bits;
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
-use kgen_runtime::{Int8Matrix, Pool, Registry};
+use kgen_runtime::{Matrix, Op, Pool, Registry, WeightFormat};
 
 #[test]
 fn sve256_is_selected_exactly_at_256_bit_sve() {
@@ -29,11 +29,12 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
     eprintln!("SVE vector length {vl:?}: sve256 expected {here}");
     let reg = Registry::builtin();
     for bits in [4u32, 8] {
+        let format = WeightFormat::symmetric(bits, 32).unwrap();
         for gemm in [false, true] {
             let compiled: Vec<_> = reg
-                .all_i8()
+                .all()
                 .iter()
-                .filter(|e| e.isa == "sve256" && e.bits == bits && e.gemm == gemm)
+                .filter(|e| e.isa == "sve256" && e.format == format.to_string() && e.gemm == gemm)
                 .collect();
             assert_eq!(
                 compiled.len(),
@@ -43,15 +44,17 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
             let e = compiled[0];
             // The lane layout: 8 columns per 256-bit vector, one i32 lane
             // each, 4-byte groups, signed nibbles.
+            let p = e.int8().unwrap();
             assert_eq!(
-                (e.lanes, e.group_bytes, e.signed, e.row_pairs),
+                (e.lanes, p.group_bytes, p.signed, p.row_pairs),
                 (8, 4, bits == 4, false),
                 "{}",
                 e.name
             );
             assert_eq!(e.target, "generic-aarch64-sve256");
             assert_eq!((e.detect)(), here, "{}", e.name);
-            let runnable = reg.runnable_i8(bits, gemm);
+            let op = if gemm { Op::Gemm } else { Op::Gemv };
+            let runnable = reg.runnable(format, op);
             assert_eq!(
                 runnable.iter().any(|e| e.isa == "sve256"),
                 here,
@@ -59,13 +62,13 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
             );
         }
         let w = quantize_symmetric(&Rng::new(1).vec_f32(64 * 8), 64, 8, bits, 32);
-        let forced = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256"));
+        let forced = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w);
         assert_eq!(
             forced.is_ok(),
             here,
             "forcing sve256 must fail exactly where the vector length is not 256"
         );
-        let best = Int8Matrix::from_ggml_isa(reg, &w, None).unwrap();
+        let best = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
         if here {
             // i8mm ranks above sve256 (see kgen::family::int8::isa::I8_FAMILY).
             let want = if i8mm { "i8mm" } else { "sve256" };
@@ -90,13 +93,13 @@ fn iq4_nl_falls_back_from_sve256() {
         return;
     }
     assert!(!reg
-        .all_i8()
+        .all()
         .iter()
         .any(|e| e.format == "iq4_nl" && e.isa == "sve256"));
     let w = kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&Rng::new(3).vec_f32(96 * 40), 96, 40);
-    let e = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256")).unwrap_err();
+    let e = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w).unwrap_err();
     assert!(e.to_string().contains("no sve256 iq4_nl kernel"), "{e}");
-    let best = Int8Matrix::from_ggml(&w).unwrap();
+    let best = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
     let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
     let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
     let want = match (i8mm, dotprod) {
@@ -128,8 +131,8 @@ fn sve256_matches_dotprod_bit_for_bit() {
                 bits,
                 32,
             );
-            let sve = Int8Matrix::from_ggml_isa(reg, &w, Some("sve256")).unwrap();
-            let dot = Int8Matrix::from_ggml_isa(reg, &w, Some("dotprod")).unwrap();
+            let sve = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w).unwrap();
+            let dot = Matrix::from_ggml_with(&reg.with_isa(Some("dotprod")), &w).unwrap();
             for m in [1usize, 2, 3, 4, 5, 6, 7, 8, 11, 17] {
                 let x = Rng::new(7 * m as u64 + k as u64).vec_f32(m * k);
                 let (mut ys, mut yd) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);

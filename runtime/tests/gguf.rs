@@ -820,7 +820,7 @@ fn crafted_files() {
 }
 
 /// End to end: Q4_0 / Q8_0 tensors written by gguf-py, loaded and repacked by
-/// `Int8Matrix::from_gguf`, multiplied by the int8 kernels, against numpy's
+/// `Matrix::from_gguf`, multiplied by the int8 kernels, against numpy's
 /// float32 `x @ deq.T` of gguf-py's dequantized weights. The kernels quantize
 /// x per 32-block (Q8_0 arithmetic), so the stated tolerance is that
 /// rounding's worst case, sum over blocks of d_x / 2 * sum |W_ij|, plus the
@@ -833,7 +833,7 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
             && ((e.dtype == GgmlType::Q4_0 || e.dtype == GgmlType::Q8_0)
                 || (e.dtype == GgmlType::IQ4_NL && common::i8_format_built("iq4_nl")))
     }) {
-        let qm = kgen_runtime::Int8Matrix::from_gguf(&file(&e.file), &e.name).unwrap();
+        let qm = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
         let x = read_f32(&e.data("x"));
         let y_np = read_f32(&e.data("y"));
@@ -928,7 +928,7 @@ fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
         if !common::i8_format_built("iq4_nl") {
             continue;
         }
-        let qm = kgen_runtime::Int8Matrix::from_gguf(&gguf_path, name).unwrap();
+        let qm = kgen_runtime::Matrix::from_gguf(&gguf_path, name).unwrap();
         assert!(qm.gemv_kernel().name.starts_with("iq4_nl_gemv_"));
         let x = read_f32(&dir.path().join(format!("{name}.x")));
         let y_np = read_f32(&dir.path().join(format!("{name}.y")));
@@ -958,5 +958,49 @@ fn iq4_nl_bytes_from_kgen_round_trip_through_gguf_py() {
     assert!(
         checked > 100 || !common::i8_format_built("iq4_nl"),
         "only {checked} outputs checked"
+    );
+}
+
+/// `Matrix::from_gguf` on every 2-D tensor gguf-py wrote: the quantized ones
+/// run on the int8 family in their own format, the float ones (F32, F16) are
+/// refused with an error naming the file, the tensor and the type.
+#[test]
+fn matrix_from_gguf_picks_the_int8_family_and_refuses_floats() {
+    let (mut quantized, mut floats) = (0, 0);
+    for e in manifest().into_iter().filter(|e| e.matmul) {
+        if e.dtype == GgmlType::IQ4_NL && !common::i8_format_built("iq4_nl") {
+            continue;
+        }
+        let r = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name);
+        match kgen_runtime::WeightFormat::from_ggml(e.dtype) {
+            Some(format) => {
+                let m = r.unwrap_or_else(|err| panic!("{}: {err}", e.name));
+                assert_eq!(m.family(), kgen_runtime::Family::Int8, "{}", e.name);
+                assert_eq!((m.format(), m.k(), m.n()), (format, e.k, e.n));
+                assert_eq!(m.kernel().format, format.to_string());
+                quantized += 1;
+            }
+            None => {
+                let err = r.unwrap_err();
+                assert!(
+                    matches!(err, kgen_runtime::Error::Unsupported(_)),
+                    "{}: {err}",
+                    e.name
+                );
+                let msg = err.to_string();
+                assert!(
+                    msg.contains(&e.name)
+                        && msg.contains(e.dtype.name())
+                        && msg.contains(&e.file)
+                        && msg.contains("Matrix::from_f32"),
+                    "{msg}"
+                );
+                floats += 1;
+            }
+        }
+    }
+    assert!(
+        quantized > 0 && floats > 0,
+        "{quantized} quantized, {floats} float tensors"
     );
 }

@@ -8,7 +8,7 @@ use common::{check_i8 as check, I8_SHAPES as SHAPES, ROWS};
 use kgen::format::ggml::GgmlMatrix;
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
-use kgen_runtime::{Int8Matrix, Pool, Registry};
+use kgen_runtime::{Family, Matrix, Op, Pool, Registry, WeightFormat};
 
 /// [`common::i8_format_built`], saying so when a test skips.
 fn built(format: &str) -> bool {
@@ -29,8 +29,9 @@ fn every_int8_kernel_matches_the_oracle() {
         if format == "iq4_nl" && !built(format) {
             continue;
         }
+        let wformat: WeightFormat = format.parse().unwrap();
         let isas: Vec<&str> = reg
-            .runnable_i8_format(format, false)
+            .runnable(wformat, Op::Gemv)
             .iter()
             .map(|e| e.isa)
             .collect();
@@ -48,8 +49,11 @@ fn every_int8_kernel_matches_the_oracle() {
                 _ => GgmlMatrix::quantize_iq4_nl(&wf, k, n),
             };
             for isa in &isas {
-                let qm = Int8Matrix::from_ggml_isa(reg, &w, Some(isa)).unwrap();
+                let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
+                assert_eq!(qm.family(), Family::Int8);
+                assert_eq!(qm.format(), wformat);
                 assert_eq!(qm.gemv_kernel().isa, *isa);
+                assert_eq!(qm.gemm_kernel().isa, *isa);
                 assert_eq!(qm.gemv_kernel().format, format);
                 assert_eq!(qm.gemm_kernel().format, format);
                 for &m in ROWS {
@@ -83,7 +87,12 @@ fn ragged_k_groups_and_threads() {
         for group in [32, 64, 128, 256] {
             let (k, n) = (300, 70);
             let wf = Rng::new(3).vec_f32(k * n);
-            let qm = Int8Matrix::from_f32(&wf, k, n, bits, group).unwrap();
+            let format = WeightFormat::symmetric(bits, group).unwrap();
+            let qm = Matrix::from_f32(&wf, k, n, format).unwrap();
+            assert_eq!(
+                (qm.family(), qm.format(), qm.k()),
+                (Family::Int8, format, k)
+            );
             let w = quantize_symmetric(&wf, k, n, bits, group);
             let x = Rng::new(4).vec_f32(3 * k);
             let mut y1 = vec![0f32; 3 * n];
@@ -114,36 +123,42 @@ fn ragged_k_groups_and_threads() {
 #[test]
 fn bad_inputs_are_errors() {
     let w = quantize_symmetric(&Rng::new(1).vec_f32(64 * 8), 64, 8, 4, 32);
-    let qm = Int8Matrix::from_ggml(&w).unwrap();
+    let qm = Matrix::from_ggml(&w).unwrap();
     assert!(qm.gemv(&[0.0; 63], &mut [0.0; 8]).is_err());
     assert!(qm.gemm(&[0.0; 128], 2, &mut [0.0; 15]).is_err());
-    assert!(Int8Matrix::from_f32(&[0.0; 9], 3, 3, 3, 32).is_err());
-    assert!(Int8Matrix::from_f32(&[0.0; 9], 3, 3, 4, 48).is_err());
-    assert!(Int8Matrix::from_f32(&[f32::NAN; 9], 3, 3, 4, 32).is_err());
+    assert!(Matrix::from_f32(&[0.0; 9], 3, 3, "q3_0").is_err());
+    assert!(Matrix::from_f32(&[0.0; 9], 3, 3, "q4_0:48").is_err());
+    assert!(WeightFormat::symmetric(3, 32).is_err());
+    assert!(Matrix::from_f32(&[f32::NAN; 9], 3, 3, "q4_0").is_err());
     let f = GgmlMatrix::quantize(&[0.0; 64], 32, 2, kgen::format::ggml::GgmlType::F32);
-    assert!(Int8Matrix::from_ggml(&f)
-        .unwrap_err()
-        .to_string()
-        .contains("no int8 kernel"));
+    let e = Matrix::from_ggml(&f).unwrap_err().to_string();
+    assert!(e.contains("F32 weights have no kernel"), "{e}");
     let mut bad = w.clone();
     bad.data.pop();
-    assert!(Int8Matrix::from_ggml(&bad).is_err());
-    let e = Int8Matrix::from_ggml_isa(Registry::builtin(), &w, Some("sse9")).unwrap_err();
+    assert!(Matrix::from_ggml(&bad).is_err());
+    let reg = Registry::builtin();
+    let e = Matrix::from_ggml_with(&reg.with_isa(Some("sse9")), &w).unwrap_err();
     assert!(e.to_string().contains("sse9"), "{e}");
-    // Kernels of one format never read another's matrix.
+    // Kernels of one format, or family, never read another's matrix.
+    let (g, m) = reg.select_pair(WeightFormat::Q4_0).unwrap();
+    let gptq = kgen::format::gptq::random_gptq(64, 8, 4, kgen_runtime::Group::Size(32), 1);
+    let e = Matrix::from_gptq_kernels(&gptq, g, m).unwrap_err();
+    assert!(e.to_string().contains("int8 kernel for q4_0"), "{e}");
+    let (fg, fm) = reg.select_pair("4:32".parse().unwrap()).unwrap();
+    let e = Matrix::from_ggml_kernels(&w, fg, fm).unwrap_err();
+    assert!(e.to_string().contains("f32 kernel for 4:32"), "{e}");
     if !built("iq4_nl") {
         return;
     }
     let nl = GgmlMatrix::quantize_iq4_nl(&Rng::new(1).vec_f32(64 * 8), 64, 8);
-    let reg = Registry::builtin();
-    let (g, m) = reg.select_i8(4, None).unwrap();
-    let e = Int8Matrix::from_ggml_kernels(&nl, g, m).unwrap_err();
+    let e = Matrix::from_ggml_kernels(&nl, g, m).unwrap_err();
     assert!(e.to_string().contains("reads Q4_0"), "{e}");
-    let (g, m) = reg.select_i8_format("iq4_nl", None).unwrap();
-    assert!(g.codebook() && !g.signed && g.format == "iq4_nl");
-    let e = Int8Matrix::from_ggml_kernels(&w, g, m).unwrap_err();
+    let (g, m) = reg.select_pair(WeightFormat::IQ4_NL).unwrap();
+    let p = g.int8().unwrap();
+    assert!(g.codebook() && !p.signed && g.format == "iq4_nl");
+    let e = Matrix::from_ggml_kernels(&w, g, m).unwrap_err();
     assert!(e.to_string().contains("reads IQ4_NL"), "{e}");
-    assert!(reg.select_i8_format("iq4_xs", None).is_err());
+    assert!("iq4_xs".parse::<WeightFormat>().is_err());
 }
 
 /// IQ4_NL end to end against f32: the kernels' result is close to `x W`
@@ -155,7 +170,7 @@ fn iq4_nl_is_close_to_the_dequantized_product() {
     }
     let (k, n, m) = (512, 72, 3);
     let w = GgmlMatrix::quantize_iq4_nl(&Rng::new(21).vec_f32(k * n), k, n);
-    let qm = Int8Matrix::from_ggml(&w).unwrap();
+    let qm = Matrix::from_ggml(&w).unwrap();
     assert!(qm.gemv_kernel().name.starts_with("iq4_nl_gemv_"));
     let deq = w.dequantize();
     let x = Rng::new(22).vec_f32(m * k);

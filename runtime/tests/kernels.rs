@@ -4,16 +4,21 @@
 
 mod common;
 
-use common::{check, group_of, ROWS, SHAPES};
+use common::{check, ROWS, SHAPES};
 use kgen::format::gptq::{random_gptq, GptqMatrix};
 use kgen::format::rng::Rng;
 use kgen_runtime::pool::Pool;
-use kgen_runtime::{Group, QuantMatrix, Registry};
-use std::collections::BTreeSet;
+use kgen_runtime::{Family, GptqLayer, Group, Matrix, Op, Registry, WeightFormat};
 
-/// Formats in the build, as (bits, group).
-fn formats(reg: &Registry) -> BTreeSet<(u32, usize)> {
-    reg.all().iter().map(|e| (e.bits, e.group)).collect()
+/// The f32 family's formats in the build, as (bits, group).
+fn formats(reg: &Registry) -> Vec<(u32, Group)> {
+    reg.formats()
+        .into_iter()
+        .filter_map(|f| match f {
+            WeightFormat::Gptq { bits, group } => Some((bits, group)),
+            _ => None,
+        })
+        .collect()
 }
 
 #[test]
@@ -21,14 +26,14 @@ fn every_kernel_matches_the_oracle() {
     let reg = Registry::builtin();
     let pool = Pool::new(1);
     let mut checked = 0;
-    for (bits, g) in formats(reg) {
-        let group = group_of(g);
+    for (bits, group) in formats(reg) {
+        let format = WeightFormat::gptq(bits, group).unwrap();
         let isas: Vec<&str> = reg
-            .runnable(bits, group, false)
+            .runnable(format, Op::Gemv)
             .iter()
             .map(|e| e.isa)
             .collect();
-        assert!(!isas.is_empty(), "{bits}-bit g{g}: no runnable kernel");
+        assert!(!isas.is_empty(), "{format}: no runnable kernel");
         assert_eq!(
             *isas.last().unwrap(),
             "portable",
@@ -37,7 +42,9 @@ fn every_kernel_matches_the_oracle() {
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
             let w = random_gptq(k, n, bits, group, 17 + si as u64 * 31 + bits as u64);
             for isa in &isas {
-                let mut qm = QuantMatrix::from_gptq_isa(reg, &w, None, Some(isa)).unwrap();
+                let forced = reg.with_isa(Some(isa));
+                let mut qm = Matrix::from_gptq_with(&forced, &w).unwrap();
+                assert_eq!(qm.family(), Family::F32);
                 assert_eq!(
                     qm.gemv_kernel().isa,
                     *isa,
@@ -69,10 +76,9 @@ fn every_kernel_matches_the_oracle() {
 #[test]
 fn thread_count_does_not_change_results() {
     let reg = Registry::builtin();
-    for (bits, g) in formats(reg) {
-        let group = group_of(g);
+    for (bits, group) in formats(reg) {
         let w = random_gptq(777, 1500, bits, group, 5);
-        let qm = QuantMatrix::from_gptq_with(reg, &w, None).unwrap();
+        let qm = Matrix::from_gptq_with(reg, &w).unwrap();
         for rows in [1, 4] {
             let x = Rng::new(9).vec_f32(rows * 777);
             let mut y1 = vec![0f32; rows * 1500];
@@ -82,7 +88,7 @@ fn thread_count_does_not_change_results() {
                 qm.gemm_on(&Pool::new(threads), &x, rows, &mut yt).unwrap();
                 assert!(
                     y1.iter().zip(&yt).all(|(a, b)| a.to_bits() == b.to_bits()),
-                    "{bits}-bit g{g} rows {rows}: {threads} threads differ from 1"
+                    "{bits}-bit g{group} rows {rows}: {threads} threads differ from 1"
                 );
             }
         }
@@ -96,7 +102,14 @@ fn act_order_permutation_is_applied_to_activations() {
     let w = random_gptq(k, n, 4, Group::Size(128), 3);
     // The packed rows are the original rows in `perm` order.
     let perm: Vec<u32> = (0..k as u32).rev().collect();
-    let qm = QuantMatrix::from_gptq_with(reg, &w, Some(perm.clone())).unwrap();
+    let qm = Matrix::from_gptq_layer_with(
+        reg,
+        GptqLayer {
+            matrix: w.clone(),
+            perm: Some(perm.clone()),
+        },
+    )
+    .unwrap();
     let x = Rng::new(1).vec_f32(k);
     let xp: Vec<f32> = perm.iter().map(|&i| x[i as usize]).collect();
     let mut y = vec![0f32; n];
@@ -107,7 +120,7 @@ fn act_order_permutation_is_applied_to_activations() {
 #[test]
 fn bad_shapes_and_data_are_errors() {
     let w = random_gptq(64, 16, 4, Group::Size(32), 1);
-    let qm = QuantMatrix::from_gptq(&w).unwrap();
+    let qm = Matrix::from_gptq(&w).unwrap();
     let mut y = vec![0f32; 16];
     assert!(qm
         .gemv(&[0.0; 63], &mut y)
@@ -120,50 +133,44 @@ fn bad_shapes_and_data_are_errors() {
     // Buffers that disagree with the shape.
     let mut bad = w.clone();
     bad.qweight.pop();
-    assert!(QuantMatrix::from_gptq(&bad)
+    assert!(Matrix::from_gptq(&bad)
         .unwrap_err()
         .to_string()
         .contains("qweight"));
     let mut bad = w.clone();
     bad.scales[3] = f32::NAN;
-    assert!(QuantMatrix::from_gptq(&bad).is_err());
-    assert!(QuantMatrix::from_f32(&[0.0; 10], 3, 3, 4, Group::Size(32)).is_err());
-    assert!(QuantMatrix::from_f32(&[f32::INFINITY; 9], 3, 3, 4, Group::Size(32)).is_err());
-    assert!(QuantMatrix::from_f32(&[0.0; 9], 3, 3, 5, Group::Size(32))
+    assert!(Matrix::from_gptq(&bad).is_err());
+    assert!(Matrix::from_f32(&[0.0; 10], 3, 3, "4:32").is_err());
+    assert!(Matrix::from_f32(&[f32::INFINITY; 9], 3, 3, "4:32").is_err());
+    assert!(Matrix::from_f32(&[0.0; 9], 3, 3, "5:32")
         .unwrap_err()
         .to_string()
         .contains("5 weight bits"));
-    let e = QuantMatrix::from_raw(
-        64,
-        16,
-        4,
-        Group::Size(32),
-        vec![0; 10],
-        vec![1.0; 32],
-        vec![0.0; 32],
-    );
-    assert!(e.is_err());
-    let e = QuantMatrix::from_raw(
-        64,
-        16,
-        4,
-        Group::Size(32),
-        vec![0; 128],
-        vec![1.0; 32],
-        vec![99.0; 32],
-    );
-    assert!(e.unwrap_err().to_string().contains("zero point"));
-    let bad_perm = Some(vec![0u32; 64]);
-    assert!(QuantMatrix::from_gptq_with(Registry::builtin(), &w, bad_perm).is_err());
+    // Raw buffers: too short, and a zero point outside the levels.
+    let raw = |qweight: Vec<u32>, zero: f32| GptqMatrix {
+        k: 64,
+        n: 16,
+        bits: 4,
+        group: Group::Size(32),
+        qweight,
+        scales: vec![1.0; 32],
+        zeros: vec![zero; 32],
+    };
+    assert!(Matrix::from_gptq(&raw(vec![0; 10], 0.0)).is_err());
+    let e = Matrix::from_gptq(&raw(vec![0; 128], 99.0)).unwrap_err();
+    assert!(e.to_string().contains("zero point"), "{e}");
+    Matrix::from_gptq(&raw(vec![0; 128], 16.0)).unwrap();
+    let bad_perm = GptqLayer {
+        matrix: w.clone(),
+        perm: Some(vec![0u32; 64]),
+    };
+    assert!(Matrix::from_gptq_layer(bad_perm).is_err());
     // A format the build has no kernel for is an error naming the fix.
     let w16 = random_gptq(64, 16, 2, Group::Size(256), 1);
-    if !Registry::builtin()
-        .all()
-        .iter()
-        .any(|e| e.bits == 2 && e.group == 256)
-    {
-        let e = QuantMatrix::from_gptq(&w16).unwrap_err().to_string();
-        assert!(e.contains("KGEN_SPECS"), "{e}");
+    let f = WeightFormat::gptq(2, Group::Size(256)).unwrap();
+    if !Registry::builtin().formats().contains(&f) {
+        let e = Matrix::from_gptq(&w16).unwrap_err().to_string();
+        assert!(e.contains("KGEN_SPECS") && e.contains("2:256"), "{e}");
     }
 }
 
@@ -171,18 +178,12 @@ fn bad_shapes_and_data_are_errors() {
 fn constructors_agree() {
     let (k, n) = (300, 50);
     let wf = Rng::new(4).vec_f32(k * n);
-    let a = QuantMatrix::from_f32(&wf, k, n, 4, Group::Size(32)).unwrap();
+    let a = Matrix::from_f32(&wf, k, n, "4:32").unwrap();
     let g = GptqMatrix::quantize_rtn(k, n, 4, Group::Size(32), &wf);
-    let b = QuantMatrix::from_raw(
-        k,
-        n,
-        4,
-        Group::Size(32),
-        g.qweight.clone(),
-        g.scales.clone(),
-        g.zeros.clone(),
-    )
-    .unwrap();
+    let b = Matrix::from_gptq(&g).unwrap();
+    let c = Matrix::from_f32(&wf, k, n, WeightFormat::gptq(4, Group::Size(32)).unwrap()).unwrap();
+    assert_eq!(a.format(), c.format());
+    assert_eq!(a.format().to_string(), "4:32");
     let x = Rng::new(8).vec_f32(k);
     let (mut ya, mut yb) = (vec![0f32; n], vec![0f32; n]);
     a.gemv(&x, &mut ya).unwrap();

@@ -21,7 +21,7 @@ use common::{check, check_i8, group_of, I8_SHAPES, ROWS, SHAPES};
 use kgen::format::gptq::random_gptq;
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
-use kgen_runtime::{I8KernelEntry, Int8Matrix, KernelEntry, Pool, QuantMatrix, Registry};
+use kgen_runtime::{Family, KernelEntry, Matrix, Op, Pool, Registry, WeightFormat};
 use std::collections::BTreeMap;
 
 /// The named target the build is expected to hold (run-time variable).
@@ -58,29 +58,10 @@ fn expect() -> Option<Expect> {
     Some(Expect { target, fallback })
 }
 
-fn format_name(bits: u32, group: usize) -> String {
-    if group == 0 {
-        format!("{bits}:col")
-    } else {
-        format!("{bits}:{group}")
-    }
-}
-
-/// The named target's GEMM kernel reading `gemv`'s layout.
+/// The named target's GEMM kernel reading `gemv`'s layout (either family).
 fn gemm_partner(reg: &Registry, gemv: &KernelEntry) -> KernelEntry {
-    *reg.runnable(gemv.bits, group_of(gemv.group), true)
-        .iter()
-        .find(|e| e.target == gemv.target && e.isa == gemv.isa && e.same_layout(gemv))
-        .unwrap_or_else(|| {
-            panic!(
-                "{}: no runnable GEMM kernel of its target and layout",
-                gemv.name
-            )
-        })
-}
-
-fn gemm_partner_i8(reg: &Registry, gemv: &I8KernelEntry) -> I8KernelEntry {
-    reg.runnable_i8_format(gemv.format, true)
+    let format = gemv.weight_format().unwrap();
+    reg.runnable(format, Op::Gemm)
         .into_iter()
         .find(|e| e.target == gemv.target && e.isa == gemv.isa && e.same_layout(gemv))
         .unwrap_or_else(|| {
@@ -109,49 +90,41 @@ fn registry_holds_only_the_named_target_and_the_fallback() {
     for e in reg.all() {
         from(e.target, e.isa, e.name);
     }
-    for e in reg.all_i8() {
-        from(e.target, e.isa, e.name);
-    }
     // The named target's own SIMD kernels, for every required format.
     let named = |e: &&KernelEntry| e.target == x.target && e.isa != "portable";
     for &bits in F32_BITS {
         assert!(
-            reg.all().iter().filter(named).any(|e| e.bits == bits),
+            reg.all()
+                .iter()
+                .filter(named)
+                .any(|e| e.family() == Family::F32 && e.bits == bits),
             "no {bits}-bit kernel of `{}` in the build (KGEN_SPECS must list {bits}-bit formats)",
             x.target
         );
     }
     for &bits in I8_BITS {
         assert!(
-            reg.all_i8()
+            reg.all()
                 .iter()
-                .any(|e| e.target == x.target && e.isa != "portable" && e.bits == bits),
+                .filter(named)
+                .any(|e| e.format == format!("q{bits}_0")),
             "no q{bits}_0 kernel of `{}` in the build",
             x.target
         );
     }
-    // Default dispatch picks them on this CPU, for every format of the build.
-    let formats: std::collections::BTreeSet<(u32, usize)> =
-        reg.all().iter().map(|e| (e.bits, e.group)).collect();
-    for (bits, g) in formats {
-        let (gemv, gemm) = reg.select_isa(bits, group_of(g), None).unwrap();
-        for k in [gemv, gemm] {
-            assert_eq!(
-                k.target,
-                x.target,
-                "{}: dispatch picked {} ({}) for this CPU",
-                format_name(bits, g),
-                k.name,
-                k.isa
-            );
-        }
-    }
-    for &bits in I8_BITS {
-        let (gemv, gemm) = reg.select_i8(bits, None).unwrap();
+    // Default dispatch picks them on this CPU, for every f32 format of the
+    // build and Q4_0 / Q8_0.
+    let formats = reg
+        .formats()
+        .into_iter()
+        .filter(|f| f.family() == Family::F32)
+        .chain([WeightFormat::Q4_0, WeightFormat::Q8_0]);
+    for format in formats {
+        let (gemv, gemm) = reg.with_isa(None).select_pair(format).unwrap();
         for k in [gemv, gemm] {
             assert_eq!(
                 k.target, x.target,
-                "q{bits}_0: dispatch picked {} ({}) for this CPU",
+                "{format}: dispatch picked {} ({}) for this CPU",
                 k.name, k.isa
             );
         }
@@ -168,10 +141,9 @@ fn named_target_kernels_match_the_oracle() {
     let pool = Pool::new(1);
     // Oracle runs per format, and the kernels that made them.
     let mut runs: BTreeMap<String, (usize, Vec<&str>)> = BTreeMap::new();
-    let gemvs = reg
-        .all()
-        .iter()
-        .filter(|e| e.target == x.target && !e.gemm && e.isa != "portable");
+    let gemvs = reg.all().iter().filter(|e| {
+        e.family() == Family::F32 && e.target == x.target && !e.gemm && e.isa != "portable"
+    });
     for gemv in gemvs {
         assert!(
             (gemv.detect)(),
@@ -180,8 +152,8 @@ fn named_target_kernels_match_the_oracle() {
             gemv.features
         );
         let gemm = gemm_partner(reg, gemv);
-        let group = group_of(gemv.group);
-        let entry = runs.entry(format_name(gemv.bits, gemv.group)).or_default();
+        let group = group_of(gemv.f32().unwrap().group);
+        let entry = runs.entry(gemv.format.to_string()).or_default();
         entry.1.extend([gemv.name, gemm.name]);
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
             let w = random_gptq(
@@ -191,7 +163,7 @@ fn named_target_kernels_match_the_oracle() {
                 group,
                 17 + si as u64 * 31 + gemv.bits as u64,
             );
-            let mut qm = QuantMatrix::from_gptq_kernels(&w, None, *gemv, gemm).unwrap();
+            let mut qm = Matrix::from_gptq_kernels(&w, *gemv, gemm).unwrap();
             for zcurve in [false, true] {
                 qm.set_zcurve(zcurve);
                 for &rows in ROWS {
@@ -208,10 +180,9 @@ fn named_target_kernels_match_the_oracle() {
             }
         }
     }
-    let gemvs_i8 = reg
-        .all_i8()
-        .iter()
-        .filter(|e| e.target == x.target && !e.gemm && e.isa != "portable");
+    let gemvs_i8 = reg.all().iter().filter(|e| {
+        e.family() == Family::Int8 && e.target == x.target && !e.gemm && e.isa != "portable"
+    });
     for gemv in gemvs_i8 {
         assert!(
             (gemv.detect)(),
@@ -219,7 +190,7 @@ fn named_target_kernels_match_the_oracle() {
             gemv.name,
             gemv.features
         );
-        let gemm = gemm_partner_i8(reg, gemv);
+        let gemm = gemm_partner(reg, gemv);
         let entry = runs.entry(gemv.format.to_string()).or_default();
         entry.1.extend([gemv.name, gemm.name]);
         for (si, &(k, n)) in I8_SHAPES.iter().enumerate() {
@@ -229,7 +200,7 @@ fn named_target_kernels_match_the_oracle() {
             } else {
                 quantize_symmetric(&wf, k, n, gemv.bits, 32)
             };
-            let qm = Int8Matrix::from_ggml_kernels(&w, *gemv, gemm).unwrap();
+            let qm = Matrix::from_ggml_kernels(&w, *gemv, gemm).unwrap();
             for &m in ROWS {
                 let xs = Rng::new(k as u64 + m as u64).vec_f32(m * k);
                 let mut y = vec![f32::NAN; m * n];

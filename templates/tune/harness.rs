@@ -16,7 +16,7 @@ mod kernels {
 
 use kgen::format::gptq::{random_gptq, GptqMatrix};
 use kgen::format::rng::Rng;
-use kgen_runtime::{Group, Pool, QuantMatrix};
+use kgen_runtime::{Group, KernelEntry, Matrix, Pool};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -26,12 +26,10 @@ fn arg(name: &str) -> String {
     args[i + 1].clone()
 }
 
-fn group_of(g: usize) -> Group {
-    if g == 0 {
-        Group::Column
-    } else {
-        Group::Size(g)
-    }
+/// A candidate's weight format (the candidates are f32-family kernels).
+fn format_of(e: &KernelEntry) -> (u32, Group) {
+    let g = e.f32().expect("an f32-family candidate").group;
+    (e.bits, if g == 0 { Group::Column } else { Group::Size(g) })
 }
 
 /// Max error relative to the largest reference output.
@@ -59,13 +57,13 @@ fn main() {
     // Correctness first: a candidate that disagrees with the reference is never timed.
     let mut ok = Vec::new();
     for (i, e) in cands.iter().enumerate() {
-        let group = group_of(e.group);
+        let (bits, group) = format_of(e);
         let (k, n) = (300, 2 * e.lanes * e.t_u + 5);
-        let w = random_gptq(k, n, e.bits, group, 11 + i as u64);
+        let w = random_gptq(k, n, bits, group, 11 + i as u64);
         let rows = m.min(5);
         let x = Rng::new(3).vec_f32(rows * k);
         let mut y = vec![0f32; rows * n];
-        let result = QuantMatrix::from_gptq_kernels(&w, None, *e, *e).and_then(|q| q.gemm_on(&pool, &x, rows, &mut y));
+        let result = Matrix::from_gptq_kernels(&w, *e, *e).and_then(|q| q.gemm_on(&pool, &x, rows, &mut y));
         match result {
             Ok(()) => {
                 let err = rel_err(&w, &x, rows, &y);
@@ -84,11 +82,12 @@ fn main() {
     let mut mats = Vec::new();
     for &i in &ok {
         let e = cands[i];
-        let per_shape: Vec<(QuantMatrix, Vec<f32>, Vec<f32>)> = shapes
+        let (bits, group) = format_of(&e);
+        let per_shape: Vec<(Matrix, Vec<f32>, Vec<f32>)> = shapes
             .iter()
             .map(|&(k, n)| {
-                let w = random_gptq(k, n, e.bits, group_of(e.group), 5);
-                let q = QuantMatrix::from_gptq_kernels(&w, None, e, e).unwrap();
+                let w = random_gptq(k, n, bits, group, 5);
+                let q = Matrix::from_gptq_kernels(&w, e, e).unwrap();
                 (q, Rng::new(7).vec_f32(m * k), vec![0f32; m * n])
             })
             .collect();

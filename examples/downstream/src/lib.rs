@@ -7,12 +7,20 @@
 //!    for the best kernel of the registry, and its GEMV and GEMM compared with
 //!    the f64 reference of the matrix that was written.
 //! 2. A random 3-bit whole-column matrix is packed straight from memory and
-//!    checked the same way, so both generated formats run.
+//!    checked the same way.
+//! 3. Random f32 weights are quantized to GGUF Q4_0, which the int8 family
+//!    runs (activations quantized to int8 per 32-block), and checked against
+//!    the exact integer oracle of the same quantized activations.
+//!
+//! All three are the one [`Matrix`] type; the registry carries both
+//! families' kernels in one `kernels()`.
 
 use half::f16;
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::rng::Rng;
-use kgen_runtime::{GptqOptions, Group, QuantMatrix, Registry};
+use kgen::layout::act::{quantize_activations, reference_i8};
+use kgen::format::symmetric::quantize_symmetric;
+use kgen_runtime::{Family, GptqOptions, Group, Matrix, Registry};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use std::error::Error;
@@ -37,6 +45,10 @@ pub const FILE_N: usize = 2816;
 pub const MEM_K: usize = 1536;
 pub const MEM_N: usize = 1024;
 
+/// The shape of the Q4_0 layer.
+pub const Q4_K: usize = 2048;
+pub const Q4_N: usize = 768;
+
 type BoxError = Box<dyn Error + Send + Sync>;
 
 /// The outcome of one format's check.
@@ -44,6 +56,8 @@ type BoxError = Box<dyn Error + Send + Sync>;
 pub struct Check {
     /// What was checked (format, source, shape).
     pub label: String,
+    /// The kernel family that ran it.
+    pub family: Family,
     pub gemv_kernel: &'static str,
     pub gemv_isa: &'static str,
     pub gemm_kernel: &'static str,
@@ -63,7 +77,7 @@ impl Check {
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{}", self.label)?;
+        writeln!(f, "{} ({} family)", self.label, self.family)?;
         writeln!(
             f,
             "  GEMV        kernel {} (isa {})  max rel error {:.3e}",
@@ -208,29 +222,30 @@ pub fn write_gptq_safetensors(path: &Path, prefix: &str, m: &GptqMatrix) -> Resu
     Ok(())
 }
 
-/// Runs `qm` on random activations and compares with the f64
-/// reference of `truth`.
+/// Runs `qm` on random activations and compares with `reference(x, rows)`
+/// (`rows x n`, f64).
 pub fn check_matrix(
     label: String,
-    truth: &GptqMatrix,
-    qm: &QuantMatrix,
+    qm: &Matrix,
+    reference: &dyn Fn(&[f32], usize) -> Vec<f64>,
     seed: u64,
 ) -> Result<Check, BoxError> {
-    let (k, n) = (truth.k, truth.n);
+    let (k, n) = (qm.k(), qm.n());
     let mut rng = Rng::new(seed);
 
     let x = rng.vec_f32(k);
     let mut y = vec![0f32; n];
     qm.gemv(&x, &mut y)?;
-    let gemv_error = max_relative_error(&y, &truth.reference_gemm(&x, 1));
+    let gemv_error = max_relative_error(&y, &reference(&x, 1));
 
     let xs = rng.vec_f32(GEMM_M * k);
     let mut ys = vec![0f32; GEMM_M * n];
     qm.gemm(&xs, GEMM_M, &mut ys)?;
-    let gemm_error = max_relative_error(&ys, &truth.reference_gemm(&xs, GEMM_M));
+    let gemm_error = max_relative_error(&ys, &reference(&xs, GEMM_M));
 
     Ok(Check {
         label,
+        family: qm.family(),
         gemv_kernel: qm.gemv_kernel().name,
         gemv_isa: qm.gemv_kernel().isa,
         gemm_kernel: qm.gemm_kernel().name,
@@ -238,6 +253,16 @@ pub fn check_matrix(
         gemv_error,
         gemm_error,
     })
+}
+
+/// [`check_matrix`] against the f64 reference of a GPTQ matrix.
+pub fn check_gptq(
+    label: String,
+    truth: &GptqMatrix,
+    qm: &Matrix,
+    seed: u64,
+) -> Result<Check, BoxError> {
+    check_matrix(label, qm, &|x, m| truth.reference_gemm(x, m), seed)
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
@@ -287,8 +312,8 @@ pub fn check_file_layer(registry: &Registry) -> Result<Check, BoxError> {
         )
         .into());
     }
-    let qm = QuantMatrix::from_gptq_with(registry, &layer.matrix, layer.perm)?;
-    check_matrix(
+    let qm = Matrix::from_gptq_layer_with(registry, layer)?;
+    check_gptq(
         format!("4-bit group 128, {FILE_K}x{FILE_N}, `{LAYER}` loaded from a safetensors file"),
         &truth,
         &qm,
@@ -299,8 +324,8 @@ pub fn check_file_layer(registry: &Registry) -> Result<Check, BoxError> {
 /// The 3-bit whole-column check, from memory.
 pub fn check_in_memory(registry: &Registry) -> Result<Check, BoxError> {
     let truth = kgen::format::gptq::random_gptq(MEM_K, MEM_N, 3, Group::Column, 3);
-    let qm = QuantMatrix::from_gptq_with(registry, &truth, None)?;
-    check_matrix(
+    let qm = Matrix::from_gptq_with(registry, &truth)?;
+    check_gptq(
         format!("3-bit whole column, {MEM_K}x{MEM_N}, random matrix in memory"),
         &truth,
         &qm,
@@ -308,11 +333,28 @@ pub fn check_in_memory(registry: &Registry) -> Result<Check, BoxError> {
     )
 }
 
-/// Both checks.
+/// The Q4_0 check: f32 weights quantized by [`Matrix::from_f32_with`], against
+/// the integer oracle of the same Q4_0 blocks and the same int8 activations.
+pub fn check_q4_0(registry: &Registry) -> Result<Check, BoxError> {
+    let w = Rng::new(5).vec_f32(Q4_K * Q4_N);
+    let qm = Matrix::from_f32_with(registry, &w, Q4_K, Q4_N, "q4_0")?;
+    let blocks = quantize_symmetric(&w, Q4_K, Q4_N, 4, 32);
+    let reference =
+        |x: &[f32], m: usize| reference_i8(&blocks, &quantize_activations(x, m, Q4_K, Q4_K, 4), m);
+    check_matrix(
+        format!("GGUF Q4_0, {Q4_K}x{Q4_N}, quantized from f32 weights"),
+        &qm,
+        &reference,
+        6,
+    )
+}
+
+/// All three checks.
 pub fn check_all(registry: &Registry) -> Result<Vec<Check>, BoxError> {
     Ok(vec![
         check_file_layer(registry)?,
         check_in_memory(registry)?,
+        check_q4_0(registry)?,
     ])
 }
 
@@ -353,12 +395,12 @@ mod tests {
         let registry = Registry::builtin();
         let truth = random_checkpoint_matrix(256, 64, 4, Group::Size(128), 6);
         let other = random_checkpoint_matrix(256, 64, 4, Group::Size(128), 7);
-        let good = QuantMatrix::from_gptq_with(registry, &truth, None).unwrap();
-        assert!(check_matrix("same".into(), &truth, &good, 8)
+        let good = Matrix::from_gptq_with(registry, &truth).unwrap();
+        assert!(check_gptq("same".into(), &truth, &good, 8)
             .unwrap()
             .passed());
-        let bad = QuantMatrix::from_gptq_with(registry, &other, None).unwrap();
-        let c = check_matrix("other".into(), &truth, &bad, 8).unwrap();
+        let bad = Matrix::from_gptq_with(registry, &other).unwrap();
+        let c = check_gptq("other".into(), &truth, &bad, 8).unwrap();
         assert!(!c.passed(), "{c}");
         assert!(c.to_string().contains("FAIL"));
     }

@@ -1,7 +1,7 @@
 //! Runs the kernels this crate's `build.rs` generated, checks them against the
 //! f64 reference and exits non-zero if any check fails.
 
-// Defines `fn kernels()` (and `kernels_i8()`) from the build's output.
+// Defines `fn kernels()` (both kernel families) from the build's output.
 kgen_runtime::include_kernels!();
 
 fn main() {

@@ -149,6 +149,18 @@ impl PartialEq for GgmlType {
 
 impl Eq for GgmlType {}
 
+impl PartialOrd for GgmlType {
+    fn partial_cmp(&self, other: &GgmlType) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for GgmlType {
+    fn cmp(&self, other: &GgmlType) -> std::cmp::Ordering {
+        self.0.gguf_type.cmp(&other.0.gguf_type)
+    }
+}
+
 impl Hash for GgmlType {
     fn hash<H: Hasher>(&self, h: &mut H) {
         self.0.gguf_type.hash(h)

@@ -122,7 +122,7 @@ pub fn sve_vector_bits() -> Option<u64> {
 /// `KGEN_SPECS` set may leave some out, and the caller then skips.
 pub fn i8_format_built(format: &str) -> bool {
     let here = kgen_runtime::Registry::builtin()
-        .all_i8()
+        .all()
         .iter()
         .any(|e| e.format == format);
     assert!(
@@ -130,4 +130,81 @@ pub fn i8_format_built(format: &str) -> bool {
         "the default build has no {format} kernel"
     );
     here
+}
+
+/// Writes a GGUF v3 file holding `tensors` (name, matrix: `dims = [k, n]`),
+/// no metadata, alignment 32: enough for `Matrix::from_gguf` without Python.
+pub fn write_gguf(path: &std::path::Path, tensors: &[(&str, &GgmlMatrix)]) {
+    const ALIGN: usize = 32;
+    let mut head = Vec::new();
+    head.extend_from_slice(b"GGUF");
+    head.extend_from_slice(&3u32.to_le_bytes());
+    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&0u64.to_le_bytes());
+    let mut data: Vec<u8> = Vec::new();
+    for (name, m) in tensors {
+        head.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(&2u32.to_le_bytes());
+        head.extend_from_slice(&(m.k as u64).to_le_bytes());
+        head.extend_from_slice(&(m.n as u64).to_le_bytes());
+        head.extend_from_slice(&m.dtype.id().to_le_bytes());
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        data.extend_from_slice(&m.data);
+        data.resize(data.len().next_multiple_of(ALIGN), 0);
+    }
+    head.resize(head.len().next_multiple_of(ALIGN), 0);
+    head.extend_from_slice(&data);
+    std::fs::write(path, head).unwrap();
+}
+
+/// Writes `m` as the GPTQ layer `prefix` of a safetensors file (F32 scales,
+/// zero points stored as they are: the `gptq_v2` convention, declared in the
+/// metadata), with `g_idx` if given. `m.k` must be a multiple of 32.
+pub fn write_gptq(path: &std::path::Path, prefix: &str, m: &GptqMatrix, g_idx: Option<&[u32]>) {
+    use safetensors::tensor::TensorView;
+    use safetensors::Dtype;
+    assert_eq!(m.k % 32, 0);
+    let words = |v: &[u32]| -> Vec<u8> { v.iter().flat_map(|w| w.to_le_bytes()).collect() };
+    let bits = m.bits as usize;
+    let word_rows = m.k * bits / 32;
+    let qw = words(&m.qweight[..word_rows * m.n]);
+    let zcols = (m.n * bits).div_ceil(32);
+    let mut qz = vec![0u32; m.groups() * zcols];
+    for g in 0..m.groups() {
+        for j in 0..m.n {
+            let bit = j * bits;
+            let z = m.zeros[g * m.n + j] as u32;
+            qz[g * zcols + bit / 32] |= z << (bit % 32);
+            if bit % 32 + bits > 32 {
+                qz[g * zcols + bit / 32 + 1] |= z >> (32 - bit % 32);
+            }
+        }
+    }
+    let qz = words(&qz);
+    let sc: Vec<u8> = m.scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let gi = g_idx.map(words);
+    let mut views = vec![
+        (
+            format!("{prefix}.qweight"),
+            TensorView::new(Dtype::I32, vec![word_rows, m.n], &qw).unwrap(),
+        ),
+        (
+            format!("{prefix}.qzeros"),
+            TensorView::new(Dtype::I32, vec![m.groups(), zcols], &qz).unwrap(),
+        ),
+        (
+            format!("{prefix}.scales"),
+            TensorView::new(Dtype::F32, vec![m.groups(), m.n], &sc).unwrap(),
+        ),
+    ];
+    if let Some(gi) = &gi {
+        views.push((
+            format!("{prefix}.g_idx"),
+            TensorView::new(Dtype::I32, vec![m.k], gi).unwrap(),
+        ));
+    }
+    let meta =
+        std::collections::HashMap::from([("checkpoint_format".to_string(), "gptq_v2".to_string())]);
+    std::fs::write(path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }

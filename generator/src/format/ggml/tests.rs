@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::format::ggml::iq4_nl;
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16};

@@ -1,0 +1,195 @@
+//! The int8 family's back-end of [`crate::Matrix`]: GGUF Q4_0 / Q8_0 /
+//! IQ4_NL weights (or kgen's own symmetric 4/8-bit groups) repacked for the
+//! int8-activation kernels, activations quantized per call.
+
+use crate::error::Error;
+use crate::kernel::{Int8Params, KernelEntry};
+use crate::pool::{self, Pool};
+use kgen::format::ggml::{GgmlMatrix, QK};
+use kgen::layout::act::{quantize_activations_as, ActFormat};
+use kgen::layout::int8::{I8Layout, I8Packed};
+use std::time::Instant;
+
+/// A weight matrix `W` (K x N, `y = x W`) packed for an int8-activation kernel.
+pub(crate) struct Int8Matrix {
+    layout: I8Layout,
+    packed: I8Packed,
+    gemv: KernelEntry,
+    gemm: KernelEntry,
+    gemv_p: Int8Params,
+    gemm_p: Int8Params,
+    repack_seconds: f64,
+}
+
+impl std::fmt::Debug for Int8Matrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Int8Matrix")
+            .field("k", &self.layout.k)
+            .field("n", &self.layout.n)
+            .field("bits", &self.layout.bits)
+            .field("gemv", &self.gemv.name)
+            .field("gemm", &self.gemm.name)
+            .finish()
+    }
+}
+
+impl Int8Matrix {
+    /// Packs GGUF-block weights for an explicit pair of int8-family kernels
+    /// (same layout, runnable here). `k` is the caller's K: `m.k` rounded up
+    /// to whole 32-blocks with zero weights, as [`crate::Matrix::from_f32`]
+    /// quantizes; activations are padded the same way.
+    pub(crate) fn pack(
+        m: &GgmlMatrix,
+        k: usize,
+        gemv: KernelEntry,
+        gemm: KernelEntry,
+    ) -> Result<Int8Matrix, Error> {
+        m.validate()?;
+        if k > m.k || m.k - k >= QK {
+            return Err(Error::Shape(format!(
+                "K = {k} is not the {} rows of the matrix less padding to a 32-block",
+                m.k
+            )));
+        }
+        let mut params = [None; 2];
+        for (slot, e) in params.iter_mut().zip([&gemv, &gemm]) {
+            let Some(p) = e.int8() else {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} is an {} kernel for {}, the matrix is {}",
+                    e.name,
+                    e.family(),
+                    e.format,
+                    m.dtype
+                )));
+            };
+            let want = kgen::format::by_tag(e.format).map_or(e.format, |f| f.name);
+            if e.format != m.dtype.tag() {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} reads {want}, the matrix is {}",
+                    e.name, m.dtype
+                )));
+            }
+            if !(e.detect)() {
+                return Err(Error::NoKernel(format!(
+                    "kernel {} needs {:?}, which this CPU lacks",
+                    e.name, e.features
+                )));
+            }
+            *slot = Some(*p);
+        }
+        if !gemv.same_layout(&gemm) {
+            return Err(Error::NoKernel(format!(
+                "kernels {} and {} read different layouts",
+                gemv.name, gemm.name
+            )));
+        }
+        let [Some(gemv_p), Some(gemm_p)] = params else {
+            unreachable!("both checked above")
+        };
+        let mut layout = I8Layout::new(m.dtype, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n)
+            .grouped(gemv_p.group_bytes, gemv_p.signed);
+        let t0 = Instant::now();
+        let packed = layout.repack_threads(m, pool::global().threads());
+        let repack_seconds = t0.elapsed().as_secs_f64();
+        if std::env::var_os("KGEN_LOG").is_some() {
+            eprintln!(
+                "kgen: repacked {}x{} {} as {} for {} in {:.2} ms",
+                m.k,
+                m.n,
+                m.dtype,
+                layout.name(),
+                gemv.name,
+                repack_seconds * 1e3
+            );
+        }
+        // K was padded to whole blocks with zero weights; keep the caller's K.
+        layout.k = k;
+        Ok(Int8Matrix {
+            layout,
+            packed,
+            gemv,
+            gemm,
+            gemv_p,
+            gemm_p,
+            repack_seconds,
+        })
+    }
+
+    pub(crate) fn k(&self) -> usize {
+        self.layout.k
+    }
+
+    pub(crate) fn n(&self) -> usize {
+        self.layout.n
+    }
+
+    pub(crate) fn gemv_kernel(&self) -> &KernelEntry {
+        &self.gemv
+    }
+
+    pub(crate) fn gemm_kernel(&self) -> &KernelEntry {
+        &self.gemm
+    }
+
+    pub(crate) fn repack_seconds(&self) -> f64 {
+        self.repack_seconds
+    }
+
+    /// Packed weight and scale bytes (what a GEMV streams).
+    pub(crate) fn weight_bytes(&self) -> usize {
+        self.layout.bytes() + 2 * self.packed.sc.len()
+    }
+
+    /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
+    /// 32-block first (Q8_0 arithmetic), then the kernel runs over column
+    /// panels split across the pool's threads.
+    pub(crate) fn gemm_on(
+        &self,
+        pool: &Pool,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        let l = &self.layout;
+        crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
+        let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
+        let fmt = ActFormat {
+            row_pairs: kernel.row_pairs,
+            scale: l.x_scale(),
+            ..ActFormat::plain(l.format)
+        };
+        let xa = quantize_activations_as(x, m, l.k, l.k_pad, fmt);
+        let (w, sc) = (
+            self.packed.w.as_bytes().as_ptr() as usize,
+            self.packed.sc.as_ptr() as usize,
+        );
+        let (xq, xd, xc) = (
+            xa.q.as_ptr() as usize,
+            xa.d.as_ptr() as usize,
+            xa.c.as_ptr() as usize,
+        );
+        let run = kernel.run;
+        let (k_pad, n_pad) = (l.k_pad, l.n_pad);
+        debug_assert_eq!(k_pad % QK, 0);
+        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
+            // SAFETY: the kernel was selected by feature detection and the
+            // buffers have the layout's sizes; each call writes only panels p0..p1.
+            unsafe {
+                run(
+                    w as *const u8,
+                    sc as *const u16,
+                    xq as *const i8,
+                    xd as *const f32,
+                    xc as *const i32,
+                    y,
+                    m,
+                    k_pad,
+                    n_pad,
+                    p0,
+                    p1,
+                )
+            }
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,464 @@
+//! `Matrix`, the one matrix type: every constructor against its scalar
+//! oracle, the family and kernel it reports, forced ISAs in both families,
+//! and the errors (shapes, formats no kernel runs).
+//!
+//! Selections here go through `Registry::with_isa`, never `KGEN_FORCE_ISA`
+//! (tests of one binary run in parallel); `force_isa_env.rs` covers the
+//! variable.
+
+mod common;
+
+use common::{check, check_i8, i8_format_built, write_gguf, write_gptq};
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::gptq::{random_gptq, GptqMatrix};
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
+use kgen_runtime::{
+    Error, Family, GptqLayer, GptqOptions, Group, Matrix, Op, Pool, Registry, WeightFormat,
+    ZeroConvention,
+};
+
+/// The built-in registry, best ISA whatever `KGEN_FORCE_ISA` says.
+fn best() -> Registry {
+    Registry::builtin().with_isa(None)
+}
+
+/// GGUF-block formats this build has kernels for.
+fn int8_formats() -> Vec<WeightFormat> {
+    [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::IQ4_NL]
+        .into_iter()
+        .filter(|f| i8_format_built(&f.to_string()))
+        .collect()
+}
+
+/// Random f32 weights quantized to a GGUF-block format (`k` a multiple of 32).
+fn ggml(format: WeightFormat, k: usize, n: usize, seed: u64) -> GgmlMatrix {
+    let w = Rng::new(seed).vec_f32(k * n);
+    GgmlMatrix::quantize(&w, k, n, format.ggml_type().expect("a GGUF block format"))
+}
+
+/// Runs `m` on 1 and 3 rows and checks an int8-family result against the
+/// exact oracle of the GGUF matrix `w` (K padded to `w.k`).
+fn check_int8(m: &Matrix, w: &GgmlMatrix, what: &str) {
+    let k = m.k();
+    for rows in [1, 3] {
+        let x = Rng::new(k as u64 + rows as u64).vec_f32(rows * k);
+        let mut y = vec![f32::NAN; rows * m.n()];
+        m.gemm(&x, rows, &mut y).unwrap();
+        let mut xp = vec![0f32; rows * w.k];
+        for r in 0..rows {
+            xp[r * w.k..r * w.k + k].copy_from_slice(&x[r * k..(r + 1) * k]);
+        }
+        check_i8(w, &xp, w.k, rows, &y, &format!("{what} rows {rows}"));
+    }
+}
+
+/// Runs `m` on 1 and 3 rows against the f64 oracle of GPTQ matrix `w`,
+/// whose rows are the activations' in `perm` order.
+fn check_f32(m: &Matrix, w: &GptqMatrix, perm: Option<&[u32]>, what: &str) {
+    let k = m.k();
+    for rows in [1, 3] {
+        let x = Rng::new(k as u64 * 3 + rows as u64).vec_f32(rows * k);
+        let mut y = vec![f32::NAN; rows * m.n()];
+        m.gemm(&x, rows, &mut y).unwrap();
+        let xp: Vec<f32> = match perm {
+            None => x.clone(),
+            Some(p) => (0..rows)
+                .flat_map(|r| p.iter().map(move |&i| (r, i)))
+                .map(|(r, i)| x[r * k + i as usize])
+                .collect(),
+        };
+        check(w, &xp, rows, &y, &format!("{what} rows {rows}"));
+    }
+}
+
+#[test]
+fn from_ggml_and_from_gguf() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let (k, n) = (96, 33);
+    let mats: Vec<(WeightFormat, GgmlMatrix)> = int8_formats()
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| (f, ggml(f, k, n, 10 + i as u64)))
+        .collect();
+    let f16 = GgmlMatrix::quantize(&Rng::new(3).vec_f32(64 * 2), 64, 2, GgmlType::F16);
+    let mut tensors: Vec<(String, &GgmlMatrix)> =
+        mats.iter().map(|(f, m)| (format!("w.{f}"), m)).collect();
+    tensors.push(("w.f16".into(), &f16));
+    let named: Vec<(&str, &GgmlMatrix)> = tensors.iter().map(|(s, m)| (s.as_str(), *m)).collect();
+    write_gguf(&path, &named);
+    for (format, w) in &mats {
+        let a = Matrix::from_ggml(w).unwrap();
+        let b = Matrix::from_ggml_with(&best(), w).unwrap();
+        let c = Matrix::from_gguf(&path, &format!("w.{format}")).unwrap();
+        let d = Matrix::from_gguf_with(&best(), &path, &format!("w.{format}")).unwrap();
+        for (m, how) in [
+            (&a, "from_ggml"),
+            (&b, "from_ggml_with"),
+            (&c, "from_gguf"),
+            (&d, "from_gguf_with"),
+        ] {
+            assert_eq!(
+                (m.format(), m.family(), m.k(), m.n()),
+                (*format, Family::Int8, k, n),
+                "{how}"
+            );
+            check_int8(m, w, &format!("{how} {format}"));
+        }
+    }
+    // F16 tensors: refused, naming file, tensor and type.
+    let e = Matrix::from_gguf(&path, "w.f16").unwrap_err();
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("m.gguf") && msg.contains("\"w.f16\"") && msg.contains("F16"),
+        "{msg}"
+    );
+    assert!(Matrix::from_ggml(&f16)
+        .unwrap_err()
+        .to_string()
+        .contains("F16 weights have no kernel"));
+    let e = Matrix::from_gguf(&path, "w.missing")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("w.missing"), "{e}");
+    let e = Matrix::from_gguf(dir.path().join("none.gguf"), "w")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("none.gguf"), "{e}");
+}
+
+#[test]
+fn from_gptq_layer_and_file() {
+    let (k, n) = (256, 40);
+    let w = random_gptq(k, n, 4, Group::Size(128), 3);
+    for (m, how) in [
+        (Matrix::from_gptq(&w).unwrap(), "from_gptq"),
+        (
+            Matrix::from_gptq_with(&best(), &w).unwrap(),
+            "from_gptq_with",
+        ),
+    ] {
+        assert_eq!(
+            (m.format().to_string(), m.family()),
+            ("4:128".into(), Family::F32)
+        );
+        check_f32(&m, &w, None, how);
+    }
+    // Act-order: the packed rows are the original rows in `perm` order.
+    let perm: Vec<u32> = (0..k as u32).rev().collect();
+    let layer = GptqLayer {
+        matrix: w.clone(),
+        perm: Some(perm.clone()),
+    };
+    let m = Matrix::from_gptq_layer(layer.clone()).unwrap();
+    check_f32(&m, &w, Some(&perm), "from_gptq_layer");
+    let m = Matrix::from_gptq_layer_with(&best(), layer).unwrap();
+    check_f32(&m, &w, Some(&perm), "from_gptq_layer_with");
+
+    // A checkpoint with a scrambled g_idx, through the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    let w3 = random_gptq(k, n, 3, Group::Size(128), 4);
+    let g_idx: Vec<u32> = (0..k).map(|i| ((i * 5 + 3) % 2) as u32).collect();
+    write_gptq(&path, "layers.0.up", &w3, Some(&g_idx));
+    let opts = GptqOptions::new(3);
+    let loaded = kgen_runtime::load_gptq(&path, "layers.0.up", &opts).unwrap();
+    let perm = loaded.perm.clone().expect("act-order");
+    for m in [
+        Matrix::from_gptq_file(&path, "layers.0.up", &opts).unwrap(),
+        Matrix::from_gptq_file_with(&best(), &path, "layers.0.up", &opts).unwrap(),
+    ] {
+        assert_eq!(m.format().to_string(), "3:128");
+        check_f32(&m, &loaded.matrix, Some(&perm), "from_gptq_file");
+    }
+    let v1 = GptqOptions {
+        bits: 3,
+        convention: Some(ZeroConvention::V1),
+    };
+    // V1 reads every zero point one higher: a different, still valid, matrix.
+    Matrix::from_gptq_file(&path, "layers.0.up", &v1).unwrap();
+    let e = Matrix::from_gptq_file(&path, "layers.9.up", &opts).unwrap_err();
+    assert!(
+        matches!(e, Error::Load(_)) && e.to_string().contains("layers.9.up"),
+        "{e}"
+    );
+}
+
+#[test]
+fn from_f32_in_every_family() {
+    // K not a multiple of 32: the int8 formats pad it, the matrix keeps it.
+    let (k, n) = (100, 37);
+    let wf = Rng::new(5).vec_f32(k * n);
+    let reg = best();
+    for name in [
+        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64",
+    ] {
+        let format: WeightFormat = name.parse().unwrap();
+        let want = format.kernel_format();
+        if !reg.formats().contains(&want) {
+            eprintln!("{name}: not in this build, skipped");
+            continue;
+        }
+        let m = Matrix::from_f32(&wf, k, n, name).unwrap();
+        let m2 = Matrix::from_f32_with(&reg, &wf, k, n, format).unwrap();
+        assert_eq!((m.format(), m2.format()), (format, format));
+        assert_eq!(
+            (m.k(), m.n(), m.family()),
+            (k, n, format.family()),
+            "{name}"
+        );
+        match format {
+            WeightFormat::Gptq { bits, group } => {
+                let g = GptqMatrix::quantize_rtn(k, n, bits, group, &wf);
+                check_f32(&m, &g, None, name);
+                check_f32(&m2, &g, None, name);
+            }
+            _ => {
+                let g = match format {
+                    WeightFormat::Ggml(t) => {
+                        let mut wp = wf.clone();
+                        wp.resize(128 * n, 0.0);
+                        GgmlMatrix::quantize(&wp, 128, n, t)
+                    }
+                    WeightFormat::Symmetric { bits, group } => {
+                        quantize_symmetric(&wf, k, n, bits, group)
+                    }
+                    f => quantize_symmetric(&wf, k, n, f.bits(), 32),
+                };
+                check_int8(&m, &g, name);
+                check_int8(&m2, &g, name);
+            }
+        }
+    }
+}
+
+/// Each format of the build runs on the family the format table names, with
+/// the best kernel this CPU runs for it, and says so.
+#[test]
+fn family_and_kernel_are_reported() {
+    let reg = best();
+    let mut formats = reg.formats();
+    formats.push(WeightFormat::symmetric(4, 128).unwrap());
+    for format in formats {
+        let (k, n) = (256, 24);
+        let m = match format.family() {
+            Family::F32 => {
+                let WeightFormat::Gptq { bits, group } = format else {
+                    unreachable!()
+                };
+                Matrix::from_gptq_with(&reg, &random_gptq(k, n, bits, group, 1)).unwrap()
+            }
+            Family::Int8 => {
+                Matrix::from_f32_with(&reg, &Rng::new(1).vec_f32(k * n), k, n, format).unwrap()
+            }
+        };
+        assert_eq!(m.family(), format.family(), "{format}");
+        let want = &reg.runnable(format, Op::Gemv)[0];
+        let kernel = m.kernel();
+        assert_eq!(
+            kernel.name, want.name,
+            "{format}: the best runnable GEMV kernel"
+        );
+        assert_eq!(m.gemv_kernel().name, kernel.name);
+        assert_eq!(kernel.family(), m.family());
+        assert_eq!(kernel.format, format.kernel_format().to_string());
+        assert_eq!(kernel.weight_format().unwrap(), format.kernel_format());
+        assert!((kernel.detect)());
+        let gemm = m.gemm_kernel();
+        assert_eq!((gemm.isa, gemm.target), (kernel.isa, kernel.target));
+        assert!(gemm.same_layout(kernel));
+        assert_eq!(reg.select(format, Op::Gemv).unwrap().name, kernel.name);
+        assert_eq!(reg.select(format, Op::Gemm).unwrap().name, gemm.name);
+        let d = m.describe();
+        for part in [
+            m.family().name(),
+            &format.to_string(),
+            kernel.isa,
+            kernel.name,
+            gemm.name,
+            kernel.target,
+        ] {
+            assert!(d.contains(part), "{d} lacks {part}");
+        }
+        assert!(m.to_string().contains(&format!("{k}x{n}")) && m.to_string().contains(&d));
+        assert!(format!("{m:?}").contains(kernel.name));
+        assert!(m.weight_bytes() > 0 && m.repack_seconds() >= 0.0);
+        // The right side of the family line: GPTQ has zero points, so f32.
+        match format {
+            WeightFormat::Gptq { .. } => assert_eq!(m.family(), Family::F32),
+            _ => assert_eq!(m.family(), Family::Int8),
+        }
+    }
+}
+
+/// Every ISA this CPU runs for a format, forced per registry: the forced
+/// kernel is the one that runs (GEMV and GEMM), in both families, and it
+/// matches the oracle; an ISA the build or the CPU lacks is an error naming
+/// the ISA, the format and the features.
+#[test]
+fn forced_isa_runs_in_both_families() {
+    let reg = Registry::builtin();
+    let pool = Pool::new(2);
+    let (k, n) = (320, 70);
+    let gptq = random_gptq(k, n, 4, Group::Size(32), 8);
+    let q4 = ggml(WeightFormat::Q4_0, k, n, 9);
+    let mut forced_runs = std::collections::BTreeMap::new();
+    for format in [
+        WeightFormat::gptq(4, Group::Size(32)).unwrap(),
+        WeightFormat::Q4_0,
+    ] {
+        let isas: Vec<&str> = reg
+            .runnable(format, Op::Gemv)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
+        assert!(isas.contains(&"portable"), "{format}: {isas:?}");
+        for isa in &isas {
+            let forced = reg.with_isa(Some(isa));
+            assert_eq!(forced.forced_isa().as_deref(), Some(*isa));
+            let m = match format.family() {
+                Family::F32 => Matrix::from_gptq_with(&forced, &gptq).unwrap(),
+                Family::Int8 => Matrix::from_ggml_with(&forced, &q4).unwrap(),
+            };
+            assert_eq!(m.kernel().isa, *isa, "{format}");
+            assert_eq!(m.gemv_kernel().isa, *isa);
+            assert_eq!(m.gemm_kernel().isa, *isa);
+            for rows in [1, 4] {
+                let x = Rng::new(rows as u64).vec_f32(rows * k);
+                let mut y = vec![f32::NAN; rows * n];
+                m.gemm_on(&pool, &x, rows, &mut y).unwrap();
+                let what = format!("forced {isa}: {}", m.describe());
+                match format.family() {
+                    Family::F32 => check(&gptq, &x, rows, &y, &what),
+                    Family::Int8 => check_i8(&q4, &x, k, rows, &y, &what),
+                }
+            }
+            *forced_runs.entry(m.family()).or_insert(0) += 1;
+        }
+        // An ISA no build has.
+        let e = match format.family() {
+            Family::F32 => Matrix::from_gptq_with(&reg.with_isa(Some("sse9")), &gptq),
+            Family::Int8 => Matrix::from_ggml_with(&reg.with_isa(Some("sse9")), &q4),
+        }
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sse9") && e.contains(&format.to_string()), "{e}");
+        // ISAs the build has for the format but this CPU lacks.
+        let compiled: Vec<_> = reg
+            .all()
+            .iter()
+            .filter(|e| e.weight_format().ok() == Some(format) && !e.gemm)
+            .filter(|e| !isas.contains(&e.isa))
+            .collect();
+        for c in compiled {
+            let e = reg
+                .with_isa(Some(c.isa))
+                .select_pair(format)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(c.isa)
+                    && e.contains(&format.to_string())
+                    && e.contains("lacks the features"),
+                "{e}"
+            );
+            for f in c.features {
+                assert!(e.contains(f), "{e} lacks {f}");
+            }
+        }
+    }
+    assert_eq!(forced_runs.len(), 2, "{forced_runs:?}");
+}
+
+#[test]
+fn shape_errors_in_both_families() {
+    let (k, n) = (64, 16);
+    let f32m = Matrix::from_f32(&Rng::new(1).vec_f32(k * n), k, n, "4:32").unwrap();
+    let i8m = Matrix::from_f32(&Rng::new(1).vec_f32(k * n), k, n, "q4_0").unwrap();
+    for m in [&f32m, &i8m] {
+        let shape = |r: Result<(), Error>| matches!(r, Err(Error::Shape(_)));
+        assert!(shape(m.gemv(&[0.0; 63], &mut [0.0; 16])), "{m}");
+        assert!(shape(m.gemv(&[0.0; 64], &mut [0.0; 17])), "{m}");
+        assert!(shape(m.gemm(&[0.0; 128], 3, &mut [0.0; 48])), "{m}");
+        assert!(shape(m.gemm(&[0.0; 128], 2, &mut [0.0; 31])), "{m}");
+        assert!(shape(m.gemm(&[], 0, &mut [])), "{m}");
+        let e = m.gemv(&[0.0; 10], &mut [0.0; 16]).unwrap_err().to_string();
+        assert!(e.contains("64x16") && e.contains("10"), "{e}");
+        m.gemm(&[0.0; 128], 2, &mut [0.0; 32]).unwrap();
+    }
+    for format in ["4:32", "q4_0", "iq4_nl"] {
+        for (len, k, n) in [(10, 3, 3), (0, 0, 3), (0, 3, 0)] {
+            let e = Matrix::from_f32(&vec![0.0; len], k, n, format).unwrap_err();
+            assert!(matches!(e, Error::Shape(_)), "{format} {len} {k}x{n}: {e}");
+        }
+    }
+}
+
+#[test]
+fn unsupported_formats_are_errors_naming_the_format() {
+    let w = vec![0.5f32; 64 * 4];
+    for (name, says) in [
+        ("q4_k", "q4_k"),
+        ("q4_0:96", "q4_0:96"),
+        ("7:32", "7 weight bits"),
+        ("3:16", "3-bit with group 16"),
+        ("f16", "f16"),
+    ] {
+        let e = Matrix::from_f32(&w, 64, 4, name).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(_)), "{name}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains(says), "{name}: {msg}");
+    }
+    for t in [GgmlType::F32, GgmlType::F16] {
+        let m = GgmlMatrix::quantize(&w, 64, 4, t);
+        let e = Matrix::from_ggml(&m).unwrap_err();
+        assert!(
+            matches!(e, Error::Unsupported(_)) && e.to_string().contains(t.name()),
+            "{e}"
+        );
+    }
+    let mut g5 = random_gptq(64, 4, 4, Group::Size(32), 1);
+    g5.bits = 5;
+    let e = Matrix::from_gptq(&g5).unwrap_err().to_string();
+    assert!(e.contains("5:32") && e.contains("5 weight bits"), "{e}");
+    // A format the table has but this build generated no kernel for.
+    let reg = Registry::builtin();
+    for f in ["2:256", "8:16", "3:64"] {
+        let format: WeightFormat = f.parse().unwrap();
+        if reg.formats().contains(&format) {
+            continue;
+        }
+        let e = Matrix::from_f32(&w, 64, 4, format).unwrap_err();
+        assert!(matches!(e, Error::NoKernel(_)), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(f) && msg.contains("KGEN_SPECS"), "{msg}");
+    }
+}
+
+/// A registry holding only some kernels (as a downstream build would):
+/// formats outside it are errors that list what it has.
+#[test]
+fn a_registry_with_one_format() {
+    let only: Vec<_> = Registry::builtin()
+        .all()
+        .iter()
+        .filter(|e| e.format == "q8_0")
+        .copied()
+        .collect();
+    let reg = Registry::new(only).with_isa(None);
+    assert_eq!(reg.formats(), [WeightFormat::Q8_0]);
+    let (k, n) = (64, 9);
+    let wf = Rng::new(2).vec_f32(k * n);
+    let m = Matrix::from_f32_with(&reg, &wf, k, n, "q8_0").unwrap();
+    assert_eq!(m.family(), Family::Int8);
+    let e = Matrix::from_f32_with(&reg, &wf, k, n, "q4_0")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("q4_0") && e.contains("it has: q8_0"), "{e}");
+    let e = Matrix::from_f32_with(&reg, &wf, k, n, "4:32")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("f32-family kernel for 4:32"), "{e}");
+}
