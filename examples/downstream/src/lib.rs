@@ -18,8 +18,8 @@
 use half::f16;
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::rng::Rng;
-use kgen::layout::act::{quantize_activations, reference_i8};
 use kgen::format::symmetric::quantize_symmetric;
+use kgen::layout::act::{quantize_activations, reference_i8};
 use kgen_runtime::{Family, GptqOptions, Group, Matrix, Registry};
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
@@ -339,8 +339,13 @@ pub fn check_q4_0(registry: &Registry) -> Result<Check, BoxError> {
     let w = Rng::new(5).vec_f32(Q4_K * Q4_N);
     let qm = Matrix::from_f32_with(registry, &w, Q4_K, Q4_N, "q4_0")?;
     let blocks = quantize_symmetric(&w, Q4_K, Q4_N, 4, 32);
-    let reference =
-        |x: &[f32], m: usize| reference_i8(&blocks, &quantize_activations(x, m, Q4_K, Q4_K, 4), m);
+    let reference = |x: &[f32], m: usize| {
+        reference_i8(
+            &blocks,
+            &quantize_activations(x, m, Q4_K, Q4_K, blocks.dtype),
+            m,
+        )
+    };
     check_matrix(
         format!("GGUF Q4_0, {Q4_K}x{Q4_N}, quantized from f32 weights"),
         &qm,
