@@ -6,7 +6,7 @@
 //! is the comment header, which token trees cannot carry.
 //!
 //! Each plan becomes one module named after its kernel
-//! (`q4g32_gemv_1x112__avx512f`) holding:
+//! (`q4g32_gemv_1x64c2__avx512f`, see [`crate::family::plan::kernel_name`]) holding:
 //! - `ops`: the ISA's template (`templates/f32/<isa>.rs`), the primitives;
 //! - `micro_r{R}`: the micro kernels for `R = 1..=m_r` activation rows, fully
 //!   unrolled over one packing unit with systematic register names

@@ -36,15 +36,17 @@ pub struct I8Plan {
 }
 
 impl I8Plan {
-    /// `q4_0_gemv_1x32__avx2`: format, op, rows x columns, ISA.
+    /// `q4_0_gemv_1x32__avx2`: format, op, micro tile as rows x columns
+    /// (`m_r` x `t_sub * lanes`), ISA (see [`crate::family::plan::kernel_name`];
+    /// no K unroll: the block loop consumes one 32-value block).
     pub fn kernel_name(&self) -> String {
-        format!(
-            "{}_{}_{}x{}__{}",
-            self.spec.format_tag(),
-            self.spec.op.name(),
+        crate::family::plan::kernel_name(
+            &self.spec.format_tag(),
+            self.spec.op,
             self.tile.m_r,
             self.tile.t_sub * self.lanes,
-            self.isa
+            1,
+            self.isa,
         )
     }
 
