@@ -232,7 +232,10 @@ fn kernel_names_are_rows_by_columns_with_the_k_unroll() {
     };
     assert_eq!(forced(1, 3, 1, Op::Gemv), "q4g32_gemv_1x24__avx2");
     assert_eq!(forced(1, 2, 4, Op::Gemm { m: 32 }), "q4g32_gemm_4x16__avx2");
-    assert_eq!(forced(2, 1, 2, Op::Gemm { m: 32 }), "q4g32_gemm_2x8c2__avx2");
+    assert_eq!(
+        forced(2, 1, 2, Op::Gemm { m: 32 }),
+        "q4g32_gemm_2x8c2__avx2"
+    );
 
     // The int8 family: rows x columns of the micro kernel (t_sub column
     // groups), never a K unroll.
@@ -249,4 +252,56 @@ fn kernel_names_are_rows_by_columns_with_the_k_unroll() {
         m.kernel_name(),
         format!("q4_0_gemm_{}x{}__avx2", m.tile.m_r, m.tile.t_sub * m.lanes)
     );
+}
+
+/// The int8 planner with a fixed tile (what a tuning profile gives it):
+/// used as given when the emitter can write it, refused with the reason
+/// otherwise; its ranking puts the model's own pick first.
+#[test]
+fn int8_fixed_tiles_are_used_or_refused_with_reasons() {
+    use kgen::family::int8::{isa::I8Isa, model, plan::I8Tile, spec::I8Spec};
+    use kgen::family::plan::TileSource;
+    let t = target::load("zen3").unwrap();
+    let isa = I8Isa::by_name("avx2").unwrap();
+    let spec = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+    let shape = (4096, 4096);
+    let pick = model::plan(&spec, &isa, &t, shape).unwrap();
+    assert_eq!(pick.source, TileSource::Model);
+    assert_eq!(pick.candidates[0].tile, pick.tile);
+    assert!(pick.candidates.len() > 1);
+    let fixed = |tile, block| model::I8Fixed {
+        tile,
+        block,
+        source: TileSource::Profile("p.toml".into()),
+    };
+    let tile = |t_u, t_sub, m_r| I8Tile { t_u, t_sub, m_r };
+    let p = model::plan_with(
+        &spec,
+        &isa,
+        &t,
+        shape,
+        Some(&fixed(tile(1, 1, 1), Some((256, 64)))),
+    )
+    .unwrap();
+    assert_eq!((p.tile, p.m_b, p.t_b), (tile(1, 1, 1), 256, 64));
+    assert_eq!(p.source, TileSource::Profile("p.toml".into()));
+    for (bad, block, why) in [
+        (tile(9, 9, 1), None, "t_u must be one of"),
+        (tile(2, 2, 2), None, "at most 1 rows"),
+        (tile(2, 1, 1), None, "whole tile"),
+        (tile(2, 2, 1), Some((100, 16)), "whole 32-blocks"),
+        (tile(2, 2, 1), Some((32 * 1024, 16)), "L1 bits"),
+    ] {
+        let e = model::plan_with(&spec, &isa, &t, shape, Some(&fixed(bad, block))).unwrap_err();
+        assert!(e.to_string().contains(why), "{bad:?}: {e}");
+    }
+    // GEMMs keep the GEMV's layout: a tile measured on another is refused.
+    let gemm = model::plan_gemm_sharing(&pick, 32, &t);
+    assert_eq!(gemm.candidates[0].tile, gemm.tile);
+    let other = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b + 32, pick.t_b)));
+    let e = model::plan_gemm_with(&pick, 32, &t, Some(&other)).unwrap_err();
+    assert!(e.to_string().contains("layout"), "{e}");
+    let same = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b, pick.t_b)));
+    let g = model::plan_gemm_with(&pick, 32, &t, Some(&same)).unwrap();
+    assert_eq!((g.tile.t_sub, g.tile.m_r), (1, 2));
 }

@@ -26,6 +26,17 @@ pub enum TileSource {
     Fixed,
 }
 
+impl TileSource {
+    /// What generated headers say after `tile from:`.
+    pub fn describe(&self) -> String {
+        match self {
+            TileSource::Model => "performance model (no tuning profile)".to_string(),
+            TileSource::Profile(path) => format!("tuning profile {path}"),
+            TileSource::Fixed => "fixed by the caller".to_string(),
+        }
+    }
+}
+
 /// The name of a kernel in every family: `FORMAT_OP_MRxNR[cK]__ISA`.
 ///
 /// `MR x NR` is the micro tile as rows x columns: `MR` activation rows per

@@ -47,6 +47,17 @@ impl I8Spec {
         }
     }
 
+    /// Bits per level in the packed layout (4 or 8); the accessor the
+    /// format table keeps when the field goes.
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    /// 4-bit codebook indices (IQ4_NL); the accessor the format table keeps.
+    pub fn codebook(&self) -> bool {
+        self.codebook
+    }
+
     /// `q4_0` / `q8_0` / `iq4_nl`.
     pub fn format_tag(&self) -> String {
         if self.codebook {
