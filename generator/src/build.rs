@@ -370,8 +370,17 @@ impl Config {
                     continue;
                 }
                 let spec = *spec;
-                let gemv = crate::family::int8::model::plan(&spec, &isa, &t, (4096, 4096))?;
-                let gemm = crate::family::int8::model::plan_gemm_sharing(&gemv, self.gemm_m, &t);
+                // The model's plans, or a profile's tiles measured on the host.
+                let mut req = crate::generate::I8Request::new(
+                    spec,
+                    vec![Op::Gemv, Op::Gemm { m: self.gemm_m }],
+                );
+                req.isas = crate::generate::IsaChoice::Named(vec![isa.name.to_string()]);
+                req.profiles = profiles.clone();
+                req.profile_machine = host.clone();
+                let plans = crate::generate::plans_for_i8(&t, &req)?;
+                warnings.extend(plans.iter().flat_map(|p| p.notes.iter().cloned()));
+                let (gemv, gemm) = (plans[0].clone(), plans[1].clone());
                 let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
                 let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
                 let text = crate::family::int8::emit::emit_file(

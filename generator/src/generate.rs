@@ -5,6 +5,10 @@ use crate::family::f32::emit::Emitted;
 use crate::family::f32::isa::Isa;
 use crate::family::f32::planner;
 use crate::family::f32::planner::{Plan, PlanOptions};
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::model as i8model;
+use crate::family::int8::plan::I8Plan;
+use crate::family::int8::spec::I8Spec;
 use crate::family::plan::PlanError;
 use crate::spec::{Group, KernelSpec, Op, SpecError};
 use crate::target::{TargetDesc, TargetError};
@@ -180,4 +184,152 @@ pub fn generate(target: &TargetDesc, req: &Request, command: &str) -> Result<Emi
     Ok(crate::family::f32::emit::emit_file(
         target, &plans, command,
     )?)
+}
+
+/// What to generate for the int8 family on one target.
+#[derive(Clone, Debug)]
+pub struct I8Request {
+    /// The weight format (its `op` is ignored: `ops` says what to plan).
+    pub spec: I8Spec,
+    /// GEMV and/or GEMMs; GEMMs always share the GEMV's packed layout.
+    pub ops: Vec<Op>,
+    pub isas: IsaChoice,
+    /// Representative shape (K, N) the GEMV is ranked for; 4096x4096 if unset.
+    pub shape: Option<(usize, usize)>,
+    /// Tuning profile files to consult (empty: the model alone).
+    pub profiles: Vec<std::path::PathBuf>,
+    /// The machine profiles are keyed by (the target itself, or the build host).
+    pub profile_machine: Option<TargetDesc>,
+    /// Thread count the profile entry must have been measured with.
+    pub profile_threads: usize,
+}
+
+impl I8Request {
+    /// The model's plans of `ops` for `spec`'s format, on the best ISA.
+    pub fn new(spec: I8Spec, ops: Vec<Op>) -> I8Request {
+        I8Request {
+            spec,
+            ops,
+            isas: IsaChoice::Best,
+            shape: None,
+            profiles: Vec::new(),
+            profile_machine: None,
+            profile_threads: 1,
+        }
+    }
+}
+
+/// The int8 ISAs `choice` selects on `target` for `spec`'s format, best
+/// first. ISAs without kernels for the format (sve256 for codebook formats)
+/// are passed over unless named, which is an error.
+pub fn select_i8_isas(
+    target: &TargetDesc,
+    spec: &I8Spec,
+    choice: &IsaChoice,
+) -> Result<Vec<I8Isa>, Error> {
+    let supported = || {
+        I8Isa::for_target(target)
+            .into_iter()
+            .filter(|i| i.supports(spec).is_ok())
+    };
+    Ok(match choice {
+        IsaChoice::Best => supported().take(1).collect(),
+        IsaChoice::All => supported().collect(),
+        IsaChoice::Named(names) => names
+            .iter()
+            .map(|n| {
+                let isa = I8Isa::by_name(n.trim()).ok_or_else(|| {
+                    let known: Vec<_> = crate::family::int8::isa::I8_FAMILY
+                        .iter()
+                        .map(|i| i.name)
+                        .collect();
+                    Error::Usage(format!("unknown int8 ISA `{n}` ({})", known.join(", ")))
+                })?;
+                if !isa.runs_on(target) {
+                    return Err(Error::Usage(format!(
+                        "int8 ISA `{n}` needs {:?}, which `{}` does not have",
+                        isa.requires, target.name
+                    )));
+                }
+                isa.supports(spec).map_err(Error::Usage)?;
+                Ok(isa)
+            })
+            .collect::<Result<_, _>>()?,
+    })
+}
+
+/// Plans every (ISA, op) pair of the int8 request, ISA-major, GEMV first.
+///
+/// Each ISA's GEMV is planned (and looked up in the profiles) even when only
+/// GEMMs are asked for, since they read its packed layout; a GEMM profile
+/// entry applies only if it was measured on that layout.
+pub fn plans_for_i8(target: &TargetDesc, req: &I8Request) -> Result<Vec<I8Plan>, Error> {
+    let shape = req.shape.unwrap_or((4096, 4096));
+    let machine = req.profile_machine.as_ref().unwrap_or(target);
+    let mut ops = req.ops.clone();
+    ops.sort_by_key(|op| *op != Op::Gemv);
+    ops.dedup();
+    let mut plans = Vec::new();
+    for isa in select_i8_isas(target, &req.spec, &req.isas)? {
+        let spec = I8Spec {
+            op: Op::Gemv,
+            ..req.spec
+        };
+        let (fixed, mut notes) = if req.profiles.is_empty() {
+            (None, Vec::new())
+        } else {
+            crate::profile::profile_tile_i8(
+                &req.profiles,
+                machine,
+                &isa,
+                &spec,
+                req.profile_threads,
+            )
+        };
+        let gemv = match i8model::plan_with(&spec, &isa, target, shape, fixed.as_ref()) {
+            Ok(p) => p,
+            Err(e) if fixed.is_some() => {
+                notes.push(format!(
+                    "the tuning profile's GEMV tile does not apply ({e}); using the performance model"
+                ));
+                i8model::plan(&spec, &isa, target, shape)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        for op in &ops {
+            match *op {
+                Op::Gemv => {
+                    let mut p = gemv.clone();
+                    p.notes = notes.clone();
+                    plans.push(p);
+                }
+                Op::Gemm { m } => {
+                    let gspec = I8Spec { op: *op, ..spec };
+                    let (fixed, mut gnotes) = if req.profiles.is_empty() {
+                        (None, Vec::new())
+                    } else {
+                        crate::profile::profile_tile_i8(
+                            &req.profiles,
+                            machine,
+                            &isa,
+                            &gspec,
+                            req.profile_threads,
+                        )
+                    };
+                    let mut p = match i8model::plan_gemm_with(&gemv, m, target, fixed.as_ref()) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            gnotes.push(format!(
+                                "the tuning profile's GEMM tile does not apply ({e}); using the performance model"
+                            ));
+                            i8model::plan_gemm_with(&gemv, m, target, None)?
+                        }
+                    };
+                    p.notes = gnotes;
+                    plans.push(p);
+                }
+            }
+        }
+    }
+    Ok(plans)
 }

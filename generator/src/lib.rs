@@ -40,4 +40,6 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[cfg(feature = "codegen")]
 mod generate;
 #[cfg(feature = "codegen")]
-pub use generate::{generate, plans_for, Error, IsaChoice, Request};
+pub use generate::{
+    generate, plans_for, plans_for_i8, select_i8_isas, Error, I8Request, IsaChoice, Request,
+};

@@ -1,18 +1,46 @@
 //! The `kgen` command line.
 //!
-//! `kgen --target T --bits B --group G` writes the kernels;
-//! `kgen plan` explains the plan; `kgen targets` lists the CPUs kgen knows.
+//! `kgen --target T --bits B --group G` writes the f32 family's kernels and
+//! `kgen --target T --format F` the int8 family's; `kgen plan` explains the
+//! plan, `kgen tune` measures tiles on this machine, and `kgen targets`
+//! lists the CPUs kgen knows with the kernels each would get.
+//!
+//! Everything goes to standard output through [`out`]: when the reader goes
+//! away (`kgen ... | head`) kgen ends quietly, killed by SIGPIPE on Unix as
+//! other tools are, or with status 0 where a write returns `BrokenPipe`.
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use kgen::family::f32::isa::Isa;
 use kgen::family::f32::model::MicroTile;
 use kgen::family::f32::planner::{Plan, PlanOptions};
+use kgen::family::int8::plan::I8Plan;
 use kgen::family::int8::spec::I8Spec;
 use kgen::family::plan::BlockOrder;
 use kgen::spec::{Group, Op};
-use kgen::{target, Error, IsaChoice, Request};
+use kgen::{target, Error, I8Request, IsaChoice, Request};
+use serde::Serialize;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// Writes to standard output; a closed pipe comes back as
+/// `Error::Io(BrokenPipe)`, which [`main`] turns into a quiet exit.
+fn out(args: std::fmt::Arguments) -> Result<(), Error> {
+    std::io::stdout().lock().write_fmt(args).map_err(Error::Io)
+}
+
+/// `println!` through [`out`], returning from the function on error.
+macro_rules! outln {
+    () => { out(format_args!("\n"))? };
+    ($($t:tt)*) => { out(format_args!("{}\n", format_args!($($t)*)))? };
+}
+
+/// `eprintln!` that never panics (a closed standard error is not an error).
+macro_rules! note {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,10 +62,20 @@ enum Command {
     Gen(GenArgs),
     /// Show the plan for a target and weight format, and why.
     Plan(PlanArgs),
-    /// List the known targets.
-    Targets,
+    /// List the known targets and the kernels each would get.
+    Targets(TargetsArgs),
     /// Time candidate micro tiles on this machine and store the winner in a profile.
     Tune(TuneArgs),
+}
+
+/// An int8-family format by its tag in the format table.
+fn parse_int8_format(s: &str) -> Result<I8Spec, String> {
+    I8Spec::from_tag(Op::Gemv, s).ok_or_else(|| {
+        format!(
+            "`{s}` is not an int8 format (one of {})",
+            kgen::build::int8_format_tags().join(", ")
+        )
+    })
 }
 
 #[derive(Args, Debug, Clone)]
@@ -45,10 +83,16 @@ struct TuneArgs {
     /// Target to tune for; tuning measures the running CPU, so `native`.
     #[arg(long, short, default_value = "native")]
     target: String,
+    /// f32 family: weight bits.
     #[arg(long, short, default_value_t = 4)]
     bits: u32,
+    /// f32 family: group size.
     #[arg(long, short, default_value = "32")]
     group: String,
+    /// Tune the int8 family for this GGUF format (`q4_0`, `q8_0`, `iq4_nl`)
+    /// instead of the f32 family's --bits/--group.
+    #[arg(long, value_parser = parse_int8_format, conflicts_with_all = ["bits", "group"])]
+    format: Option<I8Spec>,
     #[arg(long, value_enum, default_value = "gemv")]
     op: OpArg,
     /// Activation rows for `--op gemm`.
@@ -71,7 +115,8 @@ struct TuneArgs {
     /// Most micro tiles to time (block variants of the model's pick come on top).
     #[arg(long, default_value_t = 10)]
     max_tiles: usize,
-    /// Print the model's pick against the measured best for every tuned spec, and exit.
+    /// Print the model's pick against the measured best for every tuned entry
+    /// (both families), and exit.
     #[arg(long)]
     report: bool,
     /// Print the profile entry for this machine and spec (if any), and exit.
@@ -90,22 +135,27 @@ struct SpecArgs {
     /// Target name (see `kgen targets`), `native`, or a path to a target TOML.
     #[arg(long, short, default_value = "native")]
     target: String,
-    /// Weight bits: 2, 3, 4 or 8.
+    /// f32 family: weight bits, 2, 3, 4 or 8.
     #[arg(long, short, default_value_t = 4)]
     bits: u32,
-    /// Group size along K: 16, 32, 64, 128, 256, or `col` for whole column.
+    /// f32 family: group size along K, 16, 32, 64, 128, 256, or `col` for whole column.
     #[arg(long, short, default_value = "128")]
     group: String,
-    /// ISAs to emit: `best`, `all`, or a comma-separated list (avx512f,avx2,neon,portable).
+    /// The int8-activation family for GGUF weights instead of the f32
+    /// family's --bits/--group: a format tag (`q4_0`, `q8_0`, `iq4_nl`).
+    #[arg(long, value_parser = parse_int8_format, conflicts_with_all = ["bits", "group", "tile", "order"])]
+    format: Option<I8Spec>,
+    /// ISAs to emit: `best`, `all`, or a comma-separated list
+    /// (f32: avx512f,avx2,neon,portable; int8: avx512vnni,avxvnni,avx2,i8mm,sve256,dotprod,portable).
     #[arg(long, default_value = "best")]
     isa: String,
     /// Representative shape KxN the model ranks tiles for (kernels accept any shape).
     #[arg(long, value_parser = parse_shape)]
     shape: Option<(usize, usize)>,
-    /// Force the micro tile as M_UxT_U[xM_R] instead of the model's pick.
+    /// f32 family: force the micro tile as M_UxT_U[xM_R] instead of the model's pick.
     #[arg(long, value_parser = parse_tile)]
     tile: Option<MicroTile>,
-    /// Force the block order.
+    /// f32 family: force the block order.
     #[arg(long, value_enum)]
     order: Option<OrderArg>,
     /// Tuning profile file or directory (default: `profiles/` if it exists).
@@ -129,21 +179,6 @@ struct GenArgs {
     /// Output file (default: standard output). Rewritten only if the content changes.
     #[arg(long, short)]
     output: Option<PathBuf>,
-    /// Emit the int8-activation family for GGUF-style weights instead
-    /// (a tag of the format table: `q4_0`, `q8_0`, `iq4_nl`, ...; --bits/--group
-    /// are then ignored).
-    #[arg(long, value_parser = parse_int8_format)]
-    format: Option<I8Spec>,
-}
-
-/// An int8-family format by its tag in the format table.
-fn parse_int8_format(s: &str) -> Result<I8Spec, String> {
-    I8Spec::from_tag(Op::Gemv, s).ok_or_else(|| {
-        format!(
-            "`{s}` is not an int8 format (one of {})",
-            kgen::build::int8_format_tags().join(", ")
-        )
-    })
 }
 
 #[derive(Args, Debug, Clone)]
@@ -156,9 +191,30 @@ struct PlanArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Also list every candidate micro tile with the model's prediction.
+    /// Also list every candidate micro tile with the model's prediction, and
+    /// count the instructions of the emitted kernels.
     #[arg(long)]
     explain: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+struct TargetsArgs {
+    /// f32 family: weight bits of the kernels listed.
+    #[arg(long, short, default_value_t = 4)]
+    bits: u32,
+    /// f32 family: group size of the kernels listed.
+    #[arg(long, short, default_value = "128")]
+    group: String,
+    /// Activation rows the GEMM kernels are planned for.
+    #[arg(long, default_value_t = 32)]
+    m: usize,
+    /// `best` (what `kgen --target T` emits) or `all` (what a target can run).
+    #[arg(long, default_value = "best")]
+    isa: String,
+    /// One line per target with its hardware (features, registers, caches,
+    /// cores, bandwidth) instead of the kernel table.
+    #[arg(long)]
+    summary: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy)]
@@ -211,6 +267,25 @@ fn isa_choice(s: &str) -> IsaChoice {
     }
 }
 
+/// The profile files a command reads: `--profile`, else `profiles/` if it
+/// exists; none with `--no-profile` or a forced tile.
+fn profile_files(spec: &SpecArgs) -> Vec<PathBuf> {
+    if spec.tile.is_some() || spec.no_profile {
+        return Vec::new();
+    }
+    let dir = spec
+        .profile
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("profiles"));
+    if dir.is_dir() {
+        kgen::profile::files_in(&dir)
+    } else if dir.is_file() {
+        vec![dir]
+    } else {
+        Vec::new()
+    }
+}
+
 fn request(spec: &SpecArgs, ops: Vec<Op>) -> Result<Request, Error> {
     let group = Group::parse(&spec.group)?;
     let mut req = Request::new(spec.bits, group, ops);
@@ -225,27 +300,24 @@ fn request(spec: &SpecArgs, ops: Vec<Op>) -> Result<Request, Error> {
         ..PlanOptions::default()
     };
     // A forced tile wins over profiles.
-    if spec.tile.is_none() && !spec.no_profile {
-        let dir = spec
-            .profile
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("profiles"));
-        req.profiles = if dir.is_dir() {
-            kgen::profile::files_in(&dir)
-        } else if dir.is_file() {
-            vec![dir]
-        } else {
-            Vec::new()
-        };
-    }
+    req.profiles = profile_files(spec);
     Ok(req)
 }
 
-fn print_notes(plans: &[Plan]) {
+fn i8_request(spec: &SpecArgs, format: I8Spec, ops: Vec<Op>) -> I8Request {
+    let mut req = I8Request::new(format, ops);
+    req.isas = isa_choice(&spec.isa);
+    req.shape = spec.shape;
+    req.profiles = profile_files(spec);
+    req
+}
+
+/// Each distinct plan note once, on standard error.
+fn print_notes<'a>(notes: impl Iterator<Item = &'a String>) {
     let mut seen = std::collections::BTreeSet::new();
-    for n in plans.iter().flat_map(|p| &p.notes) {
+    for n in notes {
         if seen.insert(n.clone()) {
-            eprintln!("kgen: {n}");
+            note!("kgen: {n}");
         }
     }
 }
@@ -255,112 +327,81 @@ fn command_line() -> String {
     format!("kgen {}", args.join(" "))
 }
 
-/// The int8 family's kernels for `target`: GEMV and a GEMM sharing its layout.
-fn gen_int8(
-    target: &kgen::target::TargetDesc,
-    args: &GenArgs,
-    spec: I8Spec,
-) -> Result<String, Error> {
-    use kgen::family::int8::{isa::I8Isa, model as int8};
-    // ISAs without kernels for the format (sve256 for IQ4_NL) are passed
-    // over unless named explicitly, which is an error.
-    let supported = || {
-        I8Isa::for_target(target)
-            .into_iter()
-            .filter(|i| i.supports(&spec).is_ok())
-    };
-    let isas: Vec<I8Isa> = match args.spec.isa.as_str() {
-        "best" => supported().take(1).collect(),
-        "all" => supported().collect(),
-        list => list
-            .split(',')
-            .map(|n| {
-                let isa = I8Isa::by_name(n.trim()).ok_or_else(|| {
-                    Error::Usage(format!(
-                        "unknown int8 ISA `{n}` (avx512vnni, avxvnni, avx2, i8mm, dotprod, portable)"
-                    ))
-                })?;
-                if isa.runs_on(target) {
-                    Ok(isa)
-                } else {
-                    Err(Error::Usage(format!(
-                        "int8 ISA `{n}` needs {:?}, which `{}` does not have",
-                        isa.requires, target.name
-                    )))
-                }
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    let mut plans = Vec::new();
-    for isa in isas {
-        let gemv = int8::plan(&spec, &isa, target, args.spec.shape.unwrap_or((4096, 4096)))?;
-        let gemm = int8::plan_gemm_sharing(&gemv, args.m, target);
-        match args.op {
-            OpsArg::Gemv => plans.push(gemv),
-            OpsArg::Gemm => plans.push(gemm),
-            OpsArg::Both => plans.extend([gemv, gemm]),
-        }
+/// The ops `--op` names, with `m` rows for a GEMM.
+fn ops_of(op: OpsArg, m: usize) -> Vec<Op> {
+    match op {
+        OpsArg::Gemv => vec![Op::Gemv],
+        OpsArg::Gemm => vec![Op::Gemm { m }],
+        OpsArg::Both => vec![Op::Gemv, Op::Gemm { m }],
     }
-    Ok(kgen::family::int8::emit::emit_file(
-        target,
-        &plans,
-        &command_line(),
-    )?)
 }
 
-fn gen(args: &GenArgs) -> Result<(), Error> {
-    let target = target::load(&args.spec.target)?;
-    if let Some(format) = args.format {
-        let text = gen_int8(&target, args, format)?;
-        return match &args.output {
-            Some(path) => {
-                let changed = kgen::emit::write_if_changed(path, &text)?;
-                eprintln!(
-                    "kgen: {} {}",
-                    if changed { "wrote" } else { "unchanged" },
-                    path.display()
-                );
-                Ok(())
-            }
-            None => {
-                print!("{text}");
-                Ok(())
-            }
-        };
-    }
-    let ops = match args.op {
-        OpsArg::Gemv => vec![Op::Gemv],
-        OpsArg::Gemm => vec![Op::Gemm { m: args.m }],
-        OpsArg::Both => vec![Op::Gemv, Op::Gemm { m: args.m }],
-    };
-    let req = request(&args.spec, ops)?;
-    let plans = kgen::plans_for(&target, &req)?;
-    print_notes(&plans);
-    let out = kgen::family::f32::emit::emit_file(&target, &plans, &command_line())?;
+/// Writes `text` to `--output` (saying so on stderr) or standard output.
+fn write_output(args: &GenArgs, text: &str, kernels: &[String]) -> Result<(), Error> {
     match &args.output {
         Some(path) => {
-            let changed = kgen::emit::write_if_changed(path, &out.text)?;
-            eprintln!(
+            let changed = kgen::emit::write_if_changed(path, text)?;
+            note!(
                 "kgen: {} {} ({} kernel(s): {})",
                 if changed { "wrote" } else { "unchanged" },
                 path.display(),
-                out.kernels.len(),
-                out.kernels.join(", ")
+                kernels.len(),
+                kernels.join(", ")
             );
         }
-        None => print!("{}", out.text),
+        None => out(format_args!("{text}"))?,
     }
     Ok(())
 }
 
-fn print_plan(p: &Plan, explain: bool) {
-    println!("kernel {}", p.kernel_name());
-    println!(
+fn gen(args: &GenArgs) -> Result<(), Error> {
+    let target = target::load(&args.spec.target)?;
+    let ops = ops_of(args.op, args.m);
+    if let Some(format) = args.spec.format {
+        // The int8 family: GEMV and a GEMM sharing its layout.
+        let plans = kgen::plans_for_i8(&target, &i8_request(&args.spec, format, ops))?;
+        print_notes(plans.iter().flat_map(|p| &p.notes));
+        let text = kgen::family::int8::emit::emit_file(&target, &plans, &command_line())?;
+        let names: Vec<String> = plans.iter().map(I8Plan::kernel_name).collect();
+        return write_output(args, &text, &names);
+    }
+    let req = request(&args.spec, ops)?;
+    let plans = kgen::plans_for(&target, &req)?;
+    print_notes(plans.iter().flat_map(|p| &p.notes));
+    let out = kgen::family::f32::emit::emit_file(&target, &plans, &command_line())?;
+    write_output(args, &out.text, &out.kernels)
+}
+
+/// A plan as `kgen plan --json` prints it: the family and kernel name, then
+/// the plan's own fields.
+#[derive(Serialize)]
+struct PlanJson<'a, P: Serialize> {
+    family: &'static str,
+    kernel: String,
+    /// int8 family: the format tag and the packed layout's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    layout: Option<String>,
+    #[serde(flatten)]
+    plan: &'a P,
+}
+
+fn json<T: Serialize>(v: &T) -> Result<String, Error> {
+    serde_json::to_string_pretty(v).map_err(|e| Error::Usage(e.to_string()))
+}
+
+fn print_plan(p: &Plan, explain: bool) -> Result<(), Error> {
+    outln!("kernel {}", p.kernel_name());
+    outln!(
         "  target {}  isa {} ({} f32 lanes, {} registers)",
-        p.target, p.isa, p.lanes, p.registers.limit
+        p.target,
+        p.isa,
+        p.lanes,
+        p.registers.limit
     );
-    println!("  spec   {}", p.spec);
-    println!(
+    outln!("  spec   {}", p.spec);
+    outln!(
         "  micro tile  m_u={} t_u={} m_r={}  ({} columns per tile; from {:?})",
         p.tile.m_u,
         p.tile.t_u,
@@ -368,12 +409,14 @@ fn print_plan(p: &Plan, explain: bool) {
         p.tile.t_u * p.lanes,
         p.source
     );
-    println!(
+    outln!(
         "  L1 block    m_b={} t_b={}  order={:?}",
-        p.block.m_b, p.block.t_b, p.order
+        p.block.m_b,
+        p.block.t_b,
+        p.order
     );
     let r = &p.registers;
-    println!(
+    outln!(
         "  eq. 4  registers: {} acc + {} weights + {} broadcast = {} <= {}  (paper form m_u + m_u t_u + t_u = {}); {} unpack masks, {} reloaded from memory",
         r.accumulators,
         r.weights,
@@ -384,7 +427,7 @@ fn print_plan(p: &Plan, explain: bool) {
         r.masks,
         r.spilled_masks()
     );
-    println!(
+    outln!(
         "  eq. 5  L1: 32*{m_r}*{mb} + {b}*{mb}*{tb} + 32*{m_r}*{tb} = {} <= {} bits ({:.1}% used)",
         p.block.lhs_bits,
         p.block.gamma_bits,
@@ -395,19 +438,19 @@ fn print_plan(p: &Plan, explain: bool) {
         b = p.spec.bits
     );
     let pr = &p.prediction;
-    println!(
+    outln!(
         "  roofline at {}x{}: compute {:.1} GB/s, memory {:.1} GB/s per core -> {:.1} GB/s, {:.1} GFLOPS on one core ({:?}-bound); {:.1} GB/s on all cores",
         p.shape.0, p.shape.1, pr.compute_gbs, pr.memory_gbs, pr.gbs, pr.gflops, pr.bound, pr.gbs_all_cores
     );
-    println!(
+    outln!(
         "  unpack: {} vector ALU ops per {}-value unit per column vector (shift/and/convert)",
         kgen::family::f32::model::unpack_alu_ops(p.spec.bits),
         p.spec.values_per_unit()
     );
     if explain {
-        println!("  candidates (model rank, best first):");
+        outln!("  candidates (model rank, best first):");
         for (i, c) in p.candidates.iter().enumerate() {
-            println!(
+            outln!(
                 "   {:>3}. m_u={:<2} t_u={:<2} m_r={}  regs {:>2}/{} +{} masks ({} reloaded)  {:>7.1} GB/s  {:>7.1} GFLOPS  compute {:>7.1} GB/s  col-eff {:.3}",
                 i + 1,
                 c.tile.m_u,
@@ -424,6 +467,104 @@ fn print_plan(p: &Plan, explain: bool) {
             );
         }
     }
+    Ok(())
+}
+
+fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
+    let isa = kgen::family::int8::isa::I8Isa::by_name(p.isa).expect("plan ISA");
+    outln!("kernel {}", p.kernel_name());
+    outln!(
+        "  target {}  isa {} ({} columns per vector, {} registers)",
+        p.target,
+        p.isa,
+        p.lanes,
+        p.register_limit
+    );
+    let levels = if p.spec.codebook() {
+        "4-bit codebook indices".to_string()
+    } else {
+        format!("{}-bit levels", p.spec.bits())
+    };
+    outln!(
+        "  format {} (GGUF {}: {levels}, blocks of 32), op {}",
+        p.spec.format_tag(),
+        p.spec.source_type().name(),
+        match p.spec.op {
+            Op::Gemv => "gemv".to_string(),
+            Op::Gemm { m } => format!("gemm (m={m})"),
+        }
+    );
+    outln!(
+        "  micro tile  t_u={} t_sub={} m_r={}  ({} columns per tile, {} per micro kernel; from {})",
+        p.tile.t_u,
+        p.tile.t_sub,
+        p.tile.m_r,
+        p.tile.t_u * p.lanes,
+        p.tile.t_sub * p.lanes,
+        p.source.describe()
+    );
+    outln!(
+        "  layout      {} ({} columns interleaved in {}-byte groups; the GEMV and GEMM kernels share it)",
+        p.layout_name(),
+        p.tile.t_u * p.lanes,
+        isa.group_bytes
+    );
+    outln!(
+        "  L1 block    m_b={} t_b={}  order={:?}{}",
+        p.m_b,
+        p.t_b,
+        p.order,
+        if p.spec.op == Op::Gemv {
+            ""
+        } else {
+            " (the GEMV's)"
+        }
+    );
+    outln!(
+        "  registers   {} {} {}",
+        p.registers,
+        if p.registers <= p.register_limit {
+            "<="
+        } else {
+            ">"
+        },
+        p.register_limit
+    );
+    outln!(
+        "  L1          8*{m_r}*{mb} + {w}*{mb}*{tb}/2 + 32*{m_r}*{tb} = {} {} {} bits ({:.1}%)",
+        p.l1_bits,
+        if p.l1_bits <= p.l1_gamma { "<=" } else { ">" },
+        p.l1_gamma,
+        100.0 * p.l1_bits as f64 / p.l1_gamma as f64,
+        m_r = p.tile.m_r,
+        mb = p.m_b,
+        tb = p.t_b,
+        w = 2 * p.spec.bits() + 1
+    );
+    outln!(
+        "  model       {:.1} GB/s of weights, {:.1} GFLOPS on one core at {}x{}",
+        p.gbs,
+        p.gflops,
+        p.shape.0,
+        p.shape.1
+    );
+    if explain {
+        outln!("  candidates (model rank, best first):");
+        for (i, c) in p.candidates.iter().enumerate() {
+            outln!(
+                "   {:>3}. t_u={} t_sub={} m_r={}  regs {:>2}/{}  {:>7.1} GB/s  {:>7.1} GFLOPS",
+                i + 1,
+                c.tile.t_u,
+                c.tile.t_sub,
+                c.tile.m_r,
+                c.registers,
+                p.register_limit,
+                c.gbs,
+                c.gflops
+            );
+        }
+    }
+    Ok(())
 }
 
 fn plan(args: &PlanArgs) -> Result<(), Error> {
@@ -432,15 +573,27 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
         Some(m) => Op::Gemm { m },
         None => Op::Gemv,
     };
+    if let Some(format) = args.spec.format {
+        return plan_i8(args, &target, format, op);
+    }
     let req = request(&args.spec, vec![op])?;
     let plans = kgen::plans_for(&target, &req)?;
-    print_notes(&plans);
+    print_notes(plans.iter().flat_map(|p| &p.notes));
     if args.json {
-        let json = serde_json::to_string_pretty(&plans).map_err(|e| Error::Usage(e.to_string()))?;
-        println!("{json}");
+        let v: Vec<_> = plans
+            .iter()
+            .map(|p| PlanJson {
+                family: "f32",
+                kernel: p.kernel_name(),
+                format: None,
+                layout: None,
+                plan: p,
+            })
+            .collect();
+        outln!("{}", json(&v)?);
     } else {
         for p in &plans {
-            print_plan(p, args.explain);
+            print_plan(p, args.explain)?;
         }
         if args.explain {
             // Both operations, as `kgen` emits them together; GEMM at the
@@ -455,57 +608,214 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
                 m,
                 args.spec.shape,
             )?;
-            print!("{counts}");
+            out(format_args!("{counts}"))?;
         }
     }
     Ok(())
 }
 
-fn targets() -> Result<(), Error> {
-    for t in target::load_all()? {
-        let isas: Vec<_> = Isa::for_target(&t).iter().map(|i| i.name).collect();
-        println!(
-            "{:<16} {}  [f32 kernels: {}]",
-            t.name,
-            t.summary(),
-            isas.join(", ")
-        );
+fn plan_i8(
+    args: &PlanArgs,
+    target: &kgen::target::TargetDesc,
+    format: I8Spec,
+    op: Op,
+) -> Result<(), Error> {
+    let plans = kgen::plans_for_i8(target, &i8_request(&args.spec, format, vec![op]))?;
+    print_notes(plans.iter().flat_map(|p| &p.notes));
+    if args.json {
+        let v: Vec<_> = plans
+            .iter()
+            .map(|p| PlanJson {
+                family: "int8",
+                kernel: p.kernel_name(),
+                format: Some(p.spec.format_tag()),
+                layout: Some(p.layout_name()),
+                plan: p,
+            })
+            .collect();
+        outln!("{}", json(&v)?);
+        return Ok(());
     }
-    println!("{:<16} the CPU kgen runs on (read at run time)", "native");
+    for p in &plans {
+        print_plan_i8(p, args.explain)?;
+    }
+    if args.explain {
+        // The GEMV and a GEMM on its layout, as `kgen --format` emits them;
+        // GEMM at the paper's batch of 8 unless --m says otherwise.
+        let m = args.m.unwrap_or(8);
+        let both = i8_request(&args.spec, format, vec![Op::Gemv, Op::Gemm { m }]);
+        let plans = kgen::plans_for_i8(target, &both)?;
+        let counts = kgen::explain::opcount::explain_i8(target, &plans)?;
+        out(format_args!("{counts}"))?;
+    }
+    Ok(())
+}
+
+/// One row of `kgen targets`: a family's kernels on one ISA.
+struct KernelRow {
+    family: &'static str,
+    format: String,
+    isa: String,
+    gemv: String,
+    gemm: String,
+}
+
+/// The f32 and int8 kernels `kgen --target T` would write for `t`.
+fn kernel_rows(t: &kgen::target::TargetDesc, args: &TargetsArgs) -> Result<Vec<KernelRow>, Error> {
+    let mut rows = Vec::new();
+    let m = args.m;
+    let mut req = Request::new(
+        args.bits,
+        Group::parse(&args.group)?,
+        vec![Op::Gemv, Op::Gemm { m }],
+    );
+    req.isas = isa_choice(&args.isa);
+    let plans = kgen::plans_for(t, &req)?;
+    for pair in plans.chunks(2) {
+        rows.push(KernelRow {
+            family: "f32",
+            format: pair[0].spec.format_tag(),
+            isa: pair[0].isa.to_string(),
+            gemv: pair[0].kernel_name(),
+            gemm: pair.get(1).map(Plan::kernel_name).unwrap_or_default(),
+        });
+    }
+    for tag in kgen::build::int8_format_tags() {
+        let spec = I8Spec::from_tag(Op::Gemv, tag).expect("a listed int8 format");
+        let mut req = I8Request::new(spec, vec![Op::Gemv, Op::Gemm { m }]);
+        req.isas = isa_choice(&args.isa);
+        let plans = kgen::plans_for_i8(t, &req)?;
+        if plans.is_empty() {
+            rows.push(KernelRow {
+                family: "int8",
+                format: tag.to_string(),
+                isa: "-".into(),
+                gemv: "(no int8 ISA has kernels for it)".into(),
+                gemm: String::new(),
+            });
+        }
+        for pair in plans.chunks(2) {
+            rows.push(KernelRow {
+                family: "int8",
+                format: tag.to_string(),
+                isa: pair[0].isa.to_string(),
+                gemv: pair[0].kernel_name(),
+                gemm: pair.get(1).map(I8Plan::kernel_name).unwrap_or_default(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn targets(args: &TargetsArgs) -> Result<(), Error> {
+    let all = target::load_all()?;
+    if args.summary {
+        for t in &all {
+            let isas: Vec<_> = Isa::for_target(t).iter().map(|i| i.name).collect();
+            let i8: Vec<_> = kgen::family::int8::isa::I8Isa::for_target(t)
+                .iter()
+                .map(|i| i.name)
+                .collect();
+            outln!(
+                "{:<16} {}  [f32 kernels: {}; int8 kernels: {}]",
+                t.name,
+                t.summary(),
+                isas.join(", "),
+                i8.join(", ")
+            );
+        }
+        outln!("{:<16} the CPU kgen runs on (read at run time)", "native");
+        return Ok(());
+    }
+    let w = all.iter().map(|t| t.name.len()).max().unwrap_or(6).max(6);
+    let gemm = format!("GEMM KERNEL (m={})", args.m);
+    outln!(
+        "{:<w$}  {:<7}  {:<6}  {:<7}  {:<10}  {:<30}  {gemm}",
+        "TARGET",
+        "ARCH",
+        "FAMILY",
+        "FORMAT",
+        "ISA",
+        "GEMV KERNEL"
+    );
+    for t in &all {
+        for (i, r) in kernel_rows(t, args)?.iter().enumerate() {
+            let (name, arch) = if i == 0 {
+                (t.name.as_str(), t.arch.cfg_name())
+            } else {
+                ("", "")
+            };
+            outln!(
+                "{name:<w$}  {arch:<7}  {:<6}  {:<7}  {:<10}  {:<30}  {}",
+                r.family,
+                r.format,
+                r.isa,
+                r.gemv,
+                r.gemm
+            );
+        }
+    }
+    outln!(
+        "{:<w$}  the CPU kgen runs on (read at run time; see `kgen plan --target native`)",
+        "native"
+    );
     Ok(())
 }
 
 fn tune(args: &TuneArgs) -> Result<(), Error> {
     if args.report {
-        print!("{}", kgen::tune::report(&args.profile_dir)?);
+        out(format_args!("{}", kgen::tune::report(&args.profile_dir)?))?;
         return Ok(());
     }
     let target = target::load(&args.target)?;
+    let op = kgen::profile::op_of(matches!(args.op, OpArg::Gemm), args.m);
     if args.print {
-        let group = Group::parse(&args.group)?;
-        let op = kgen::profile::op_of(matches!(args.op, OpArg::Gemm), args.m);
-        let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
-        let isa = Isa::for_target(&target)
-            .into_iter()
-            .next()
-            .expect("portable always runs");
-        let key = kgen::profile::key_for(&target, &isa, &spec, args.threads.max(1));
+        let (key, what) = match args.format {
+            Some(format) => {
+                let spec = I8Spec { op, ..format };
+                let isa = kgen::select_i8_isas(&target, &spec, &IsaChoice::Best)?
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| {
+                        Error::Usage(format!(
+                            "no int8 ISA of {} has {} kernels",
+                            target.name,
+                            spec.format_tag()
+                        ))
+                    })?;
+                let key = kgen::profile::key_for_i8(&target, &isa, &spec, args.threads.max(1));
+                (
+                    key,
+                    format!("int8 {} {}", spec.format_tag(), spec.op.name()),
+                )
+            }
+            None => {
+                let group = Group::parse(&args.group)?;
+                let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
+                let isa = Isa::for_target(&target)
+                    .into_iter()
+                    .next()
+                    .expect("portable always runs");
+                let key = kgen::profile::key_for(&target, &isa, &spec, args.threads.max(1));
+                (key, spec.to_string())
+            }
+        };
         let found = kgen::profile::lookup(&kgen::profile::files_in(&args.profile_dir), &key);
         for w in &found.warnings {
-            eprintln!("kgen tune: warning: {w}");
+            note!("kgen tune: warning: {w}");
         }
         match found.found {
             Some(f) => {
                 if let Some(why) = &f.family {
-                    eprintln!("kgen tune: {why}");
+                    note!("kgen tune: {why}");
                 }
                 let one = kgen::profile::Profile {
                     entries: vec![f.entry],
                 };
-                println!("# from {}\n{}", f.path.display(), one.to_toml());
+                outln!("# from {}\n{}", f.path.display(), one.to_toml());
             }
-            None => println!(
-                "no profile entry for {spec} on `{}` in {}",
+            None => outln!(
+                "no profile entry for {what} on `{}` in {}",
                 key.cpu_model,
                 args.profile_dir.display()
             ),
@@ -513,37 +823,58 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
         return Ok(());
     }
     if args.target != "native" {
-        eprintln!(
+        note!(
             "kgen tune: warning: timing runs on this machine, keyed as `{}`; tune with --target native",
             target.description
         );
     }
-    let group = Group::parse(&args.group)?;
-    let op = kgen::profile::op_of(matches!(args.op, OpArg::Gemm), args.m);
-    let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
-    let req = kgen::tune::TuneRequest {
-        spec,
-        shapes: args.shapes.clone(),
-        threads: args.threads.max(1),
-        budget: std::time::Duration::from_secs_f64(args.budget.max(1.0)),
-        force: args.force,
-        profile_dir: args.profile_dir.clone(),
-        max_tiles: args.max_tiles.max(1),
-        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-    };
+    let budget = std::time::Duration::from_secs_f64(args.budget.max(1.0));
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let t0 = std::time::Instant::now();
-    let out = kgen::tune::tune(&target, &req)?;
+    let (out, what) = match args.format {
+        Some(format) => {
+            let spec = I8Spec { op, ..format };
+            let req = kgen::tune::TuneRequest {
+                spec,
+                shapes: args.shapes.clone(),
+                threads: args.threads.max(1),
+                budget,
+                force: args.force,
+                profile_dir: args.profile_dir.clone(),
+                max_tiles: args.max_tiles.max(1),
+                progress,
+            };
+            let what = format!("int8 {} {}", spec.format_tag(), spec.op.name());
+            (kgen::tune::tune_i8(&target, &req)?, what)
+        }
+        None => {
+            let group = Group::parse(&args.group)?;
+            let spec = kgen::spec::KernelSpec::new(op, args.bits, group)?;
+            let req = kgen::tune::TuneRequest {
+                spec,
+                shapes: args.shapes.clone(),
+                threads: args.threads.max(1),
+                budget,
+                force: args.force,
+                profile_dir: args.profile_dir.clone(),
+                max_tiles: args.max_tiles.max(1),
+                progress,
+            };
+            (kgen::tune::tune(&target, &req)?, spec.to_string())
+        }
+    };
+    for n in &out.notes {
+        note!("kgen tune: {n}");
+    }
     let e = &out.entry;
     if out.cache_hit {
-        println!(
-            "cache hit: {} already holds {} (use --force to measure again)",
-            out.path.display(),
-            spec
+        outln!(
+            "cache hit: {} already holds {what} (use --force to measure again)",
+            out.path.display()
         );
     } else {
-        println!(
-            "tuned {} in {:.1} s ({} candidates passed the reference check, {} failed); wrote {}",
-            spec,
+        outln!(
+            "tuned {what} in {:.1} s ({} candidates passed the reference check, {} failed); wrote {}",
             t0.elapsed().as_secs_f64(),
             e.measured.len(),
             e.failed.len(),
@@ -551,12 +882,10 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
         );
     }
     for (i, m) in e.measured.iter().take(5).enumerate() {
-        println!(
-            "  {}. m_u={} t_u={} m_r={} m_b={} t_b={}  {:.1} GB/s  {:.1} GFLOPS  (model rank {})",
+        outln!(
+            "  {}. {} m_b={} t_b={}  {:.1} GB/s  {:.1} GFLOPS  (model rank {})",
             i + 1,
-            m.m_u,
-            m.t_u,
-            m.m_r,
+            m.tile_text(),
             m.m_b,
             m.t_b,
             m.gbs,
@@ -565,11 +894,9 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
         );
     }
     if let Some((pick, rank, ratio)) = e.model_pick() {
-        println!(
-            "  model's pick m_u={} t_u={} m_r={}: empirical rank {} of {}, {:.3}x the best time",
-            pick.m_u,
-            pick.t_u,
-            pick.m_r,
+        outln!(
+            "  model's pick {}: empirical rank {} of {}, {:.3}x the best time",
+            pick.tile_text(),
             rank,
             e.measured.len(),
             ratio
@@ -578,19 +905,37 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
     Ok(())
 }
 
+/// Restores the default action for SIGPIPE (Rust ignores it), so that a
+/// write to a closed pipe ends kgen silently, as it does `cat` or `grep`.
+#[cfg(unix)]
+fn default_sigpipe() {
+    // SAFETY: setting a standard signal's disposition to its default, before
+    // any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = Cli::parse();
     let result = match &cli.command {
         None => gen(&cli.gen),
         Some(Command::Gen(a)) => gen(a),
         Some(Command::Plan(a)) => plan(a),
-        Some(Command::Targets) => targets(),
+        Some(Command::Targets(a)) => targets(a),
         Some(Command::Tune(a)) => tune(a),
-    };
+    }
+    .and_then(|()| std::io::stdout().flush().map_err(Error::Io));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`kgen ... | head`): nothing left to say.
+        Err(Error::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kgen: error: {e}");
+            note!("kgen: error: {e}");
             ExitCode::FAILURE
         }
     }

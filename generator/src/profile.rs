@@ -3,7 +3,9 @@
 //!
 //! A profile file (`profiles/<machine>.toml`) holds entries, each keyed by
 //! everything that makes a measurement valid elsewhere: CPU model, arch, ISA
-//! set, vector length, format, op, rows, threads and kgen version. Lookup
+//! set, vector length, kernel family, format, op, rows, threads and kgen
+//! version. Entries written before keys named the family and format are f32
+//! entries; they load with both filled in from their bits and group. Lookup
 //! returns an exact match, else a *family* match (same arch, ISA set and
 //! vector length, other CPU model), else nothing; every skipped entry that
 //! nearly matched is reported with the field that differs, so a stale
@@ -12,6 +14,11 @@
 use crate::family::f32::isa::Isa;
 use crate::family::f32::model::MicroTile;
 use crate::family::f32::planner::PlanOptions;
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::model::I8Fixed;
+use crate::family::int8::plan::I8Tile;
+use crate::family::int8::spec::I8Spec;
+use crate::family::plan::TileSource;
 use crate::spec::KernelSpec;
 use crate::spec::{Group, Op};
 use crate::target::desc::TargetDesc;
@@ -27,10 +34,18 @@ pub struct ProfileKey {
     /// The CPU's ISA features, sorted.
     pub isa_set: Vec<String>,
     pub vector_bits: u32,
+    /// Kernel family: `f32` or `int8` (empty in files written before keys
+    /// named it: those are f32 entries, see [`ProfileKey::upgrade`]).
+    #[serde(default)]
+    pub family: String,
+    /// Weight format tag: `q4g32` (f32 family), `q4_0` (int8 family).
+    #[serde(default)]
+    pub format: String,
     /// The kernel family's ISA that was tuned (`avx2`, ...).
     pub isa: String,
+    /// Bits per weight level.
     pub bits: u32,
-    /// Group size, or `column`.
+    /// Group size (`column` for whole columns; 32 for the int8 family's blocks).
     pub group: String,
     /// `gemv` or `gemm`.
     pub op: String,
@@ -49,24 +64,49 @@ impl ProfileKey {
         (op.name().to_string(), op.rows())
     }
 
+    /// Fills in the family and format of an entry written before keys named
+    /// them (always an f32 entry, whose format follows from bits and group).
+    pub fn upgrade(&mut self) -> Result<(), String> {
+        if self.family.is_empty() {
+            self.family = "f32".into();
+        }
+        if self.format.is_empty() {
+            if self.family != "f32" {
+                return Err(format!(
+                    "a {} entry for ISA {} names no format",
+                    self.family, self.isa
+                ));
+            }
+            let group = Group::parse(&self.group).map_err(|e| {
+                format!(
+                    "an entry written before profiles named formats has group `{}`: {e}",
+                    self.group
+                )
+            })?;
+            self.format = format!("q{}{}", self.bits, group.tag());
+        }
+        Ok(())
+    }
+
     /// Whether a measurement under `self` says something about `other`'s
-    /// spec at all (same ISA, format, op, rows, threads).
+    /// spec at all (same family, format, ISA, op, rows, threads).
     fn same_problem(&self, other: &ProfileKey) -> bool {
-        (
-            &self.isa,
-            self.bits,
-            &self.group,
-            &self.op,
-            self.m,
-            self.threads,
-        ) == (
-            &other.isa,
-            other.bits,
-            &other.group,
-            &other.op,
-            other.m,
-            other.threads,
-        )
+        (&self.family, &self.format) == (&other.family, &other.format)
+            && (
+                &self.isa,
+                self.bits,
+                &self.group,
+                &self.op,
+                self.m,
+                self.threads,
+            ) == (
+                &other.isa,
+                other.bits,
+                &other.group,
+                &other.op,
+                other.m,
+                other.threads,
+            )
     }
 
     /// Same kind of machine: arch, ISA set and vector length.
@@ -103,8 +143,13 @@ impl ProfileKey {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Measured {
-    pub m_u: usize,
+    /// f32 family: the K unroll (absent for the int8 family).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub m_u: Option<usize>,
     pub t_u: usize,
+    /// int8 family: column groups per micro kernel (absent for f32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_sub: Option<usize>,
     pub m_r: usize,
     pub m_b: usize,
     pub t_b: usize,
@@ -123,11 +168,29 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// The f32 family's tile.
     pub fn tile(&self) -> MicroTile {
         MicroTile {
-            m_u: self.m_u,
+            m_u: self.m_u.unwrap_or(1),
             t_u: self.t_u,
             m_r: self.m_r,
+        }
+    }
+
+    /// The int8 family's tile.
+    pub fn i8_tile(&self) -> I8Tile {
+        I8Tile {
+            t_u: self.t_u,
+            t_sub: self.t_sub.unwrap_or(self.t_u),
+            m_r: self.m_r,
+        }
+    }
+
+    /// `m_u=2 t_u=2 m_r=1` (f32) or `t_u=4 t_sub=2 m_r=4` (int8).
+    pub fn tile_text(&self) -> String {
+        match (self.m_u, self.t_sub) {
+            (_, Some(t_sub)) => format!("t_u={} t_sub={t_sub} m_r={}", self.t_u, self.m_r),
+            (m_u, None) => format!("m_u={} t_u={} m_r={}", m_u.unwrap_or(1), self.t_u, self.m_r),
         }
     }
 }
@@ -193,7 +256,14 @@ impl Profile {
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ProfileError(format!("{}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| ProfileError(format!("{}: {e}", path.display())))
+        let mut p: Profile =
+            toml::from_str(&text).map_err(|e| ProfileError(format!("{}: {e}", path.display())))?;
+        for (i, e) in p.entries.iter_mut().enumerate() {
+            e.key.upgrade().map_err(|why| {
+                ProfileError(format!("{}: entry {}: {why}", path.display(), i + 1))
+            })?;
+        }
+        Ok(p)
     }
 
     pub fn to_toml(&self) -> String {
@@ -296,26 +366,98 @@ pub fn lookup(files: &[PathBuf], key: &ProfileKey) -> Lookup {
 
 /// The profile key for a spec tuned on `target` with `isa`.
 pub fn key_for(target: &TargetDesc, isa: &Isa, spec: &KernelSpec, threads: usize) -> ProfileKey {
-    let mut isa_set: Vec<String> = target
-        .features
-        .iter()
-        .map(|f| crate::family::f32::isa::feature_name(*f).to_string())
-        .collect();
-    isa_set.sort();
     let (op, m) = ProfileKey::op_of(spec.op);
     ProfileKey {
-        cpu_model: target.description.clone(),
-        arch: target.arch.cfg_name().to_string(),
-        isa_set,
-        vector_bits: target.vector_bits,
+        family: "f32".into(),
+        format: spec.format_tag(),
         isa: isa.name.to_string(),
         bits: spec.bits,
         group: ProfileKey::group_of(spec.group),
         op,
         m,
         threads,
+        ..machine_key(target)
+    }
+}
+
+/// The machine half of a key: CPU model, arch, ISA set, vector length and
+/// kgen version (the rest left empty).
+fn machine_key(target: &TargetDesc) -> ProfileKey {
+    let mut isa_set: Vec<String> = target
+        .features
+        .iter()
+        .map(|f| crate::family::f32::isa::feature_name(*f).to_string())
+        .collect();
+    isa_set.sort();
+    ProfileKey {
+        cpu_model: target.description.clone(),
+        arch: target.arch.cfg_name().to_string(),
+        isa_set,
+        vector_bits: target.vector_bits,
+        family: String::new(),
+        format: String::new(),
+        isa: String::new(),
+        bits: 0,
+        group: String::new(),
+        op: String::new(),
+        m: 0,
+        threads: 0,
         kgen_version: crate::VERSION.to_string(),
     }
+}
+
+/// The profile key for an int8-family kernel tuned on `target` with `isa`.
+pub fn key_for_i8(target: &TargetDesc, isa: &I8Isa, spec: &I8Spec, threads: usize) -> ProfileKey {
+    let (op, m) = ProfileKey::op_of(spec.op);
+    ProfileKey {
+        family: "int8".into(),
+        format: spec.format_tag(),
+        isa: isa.name.to_string(),
+        bits: spec.bits(),
+        group: crate::format::ggml::QK.to_string(),
+        op,
+        m,
+        threads,
+        ..machine_key(target)
+    }
+}
+
+/// The int8 tile (and blocks) a profile gives `spec` on `isa` for `target`,
+/// if an entry matches, and notes on what happened, for headers and messages.
+pub fn profile_tile_i8(
+    files: &[PathBuf],
+    target: &TargetDesc,
+    isa: &I8Isa,
+    spec: &I8Spec,
+    threads: usize,
+) -> (Option<I8Fixed>, Vec<String>) {
+    let key = key_for_i8(target, isa, spec, threads);
+    let found = lookup(files, &key);
+    let mut notes = found.warnings;
+    let Some(f) = found.found else {
+        notes.push(format!(
+            "no tuning profile for int8 {} {} {} on `{}`; using the performance model",
+            isa.name,
+            spec.format_tag(),
+            spec.op.name(),
+            target.description
+        ));
+        return (None, notes);
+    };
+    let Some(w) = f.entry.winner() else {
+        return (None, notes);
+    };
+    let mut src = f.path.display().to_string();
+    if let Some(why) = &f.family {
+        src.push_str(&format!(" ({why})"));
+        notes.push(format!("using {}: {why}", f.path.display()));
+    }
+    let fixed = I8Fixed {
+        tile: w.i8_tile(),
+        block: Some((w.m_b, w.t_b)),
+        source: TileSource::Profile(src),
+    };
+    (Some(fixed), notes)
 }
 
 /// Applies a profile to plan options if one matches `spec` on `isa` for
@@ -341,7 +483,7 @@ pub fn apply_profile(
                     src.push_str(&format!(" ({why})"));
                     notes.push(format!("using {}: {why}", f.path.display()));
                 }
-                opts.tile_source = Some(crate::family::plan::TileSource::Profile(src));
+                opts.tile_source = Some(TileSource::Profile(src));
             }
         }
         None => notes.push(format!(
@@ -371,6 +513,8 @@ mod tests {
             arch: "x86_64".into(),
             isa_set: vec!["avx".into(), "avx2".into(), "fma".into()],
             vector_bits: 256,
+            family: "f32".into(),
+            format: "q4g32".into(),
             isa: "avx2".into(),
             bits: 4,
             group: "32".into(),
@@ -383,8 +527,9 @@ mod tests {
 
     fn entry(k: ProfileKey) -> ProfileEntry {
         let m = |t_u, s| Measured {
-            m_u: 2,
+            m_u: Some(2),
             t_u,
+            t_sub: None,
             m_r: 1,
             m_b: 256,
             t_b: 64,
@@ -460,5 +605,132 @@ mod tests {
         other_problem.bits = 3;
         let l = lookup(&files, &other_problem);
         assert!(l.found.is_none() && l.warnings.is_empty());
+    }
+
+    /// A profile written before keys named the family and format: no
+    /// `family`/`format` in the key. It loads as f32 entries.
+    const OLD_PROFILE: &str = r#"
+[[entry]]
+shapes = ["4096x4096"]
+failed = []
+
+[entry.key]
+cpu_model = "Test CPU 9000"
+arch = "x86_64"
+isa_set = ["avx", "avx2", "fma"]
+vector_bits = 256
+isa = "avx2"
+bits = 4
+group = "32"
+op = "gemv"
+m = 1
+threads = 1
+kgen_version = "VERSION"
+
+[[entry.measured]]
+m_u = 2
+t_u = 3
+m_r = 1
+m_b = 256
+t_b = 64
+median_s = 1.0
+gbs = 1.0
+gflops = 4.0
+model_rank = 1
+model_gbs = 10.0
+"#;
+
+    #[test]
+    fn old_profiles_load_as_f32_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.toml");
+        std::fs::write(&path, OLD_PROFILE.replace("VERSION", crate::VERSION)).unwrap();
+        let p = Profile::load(&path).unwrap();
+        let k = &p.entries[0].key;
+        assert_eq!((k.family.as_str(), k.format.as_str()), ("f32", "q4g32"));
+        assert_eq!(p.entries[0].measured[0].tile().m_u, 2);
+        // And the f32 key of today finds it.
+        let found = lookup(&files_in(dir.path()), &key());
+        assert!(found.found.is_some(), "{:?}", found.warnings);
+
+        // A group that names no format is reported with the file and entry.
+        std::fs::write(
+            &path,
+            OLD_PROFILE
+                .replace("VERSION", crate::VERSION)
+                .replace("group = \"32\"", "group = \"wide\""),
+        )
+        .unwrap();
+        let e = Profile::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("old.toml") && e.contains("entry 1") && e.contains("wide"),
+            "{e}"
+        );
+        let l = lookup(&files_in(dir.path()), &key());
+        assert!(
+            l.found.is_none() && l.warnings[0].contains("unreadable"),
+            "{:?}",
+            l.warnings
+        );
+    }
+
+    /// Keys never collide across families or formats: an int8 Q4_0 entry on
+    /// the `avx2` ISA (a name both families use) with bits 4 and group 32
+    /// says nothing about the f32 q4g32 kernel, nor about IQ4_NL.
+    #[test]
+    fn keys_are_per_family_and_format() {
+        use crate::family::int8::isa::AVX2;
+        let t = crate::target::load("zen3").unwrap();
+        let q4_0 = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+        let iq4 = I8Spec::from_tag(Op::Gemv, "iq4_nl").unwrap();
+        let ki = key_for_i8(&t, &AVX2, &q4_0, 1);
+        let f32_isa = Isa::by_name("avx2").unwrap();
+        let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
+        let kf = key_for(&t, &f32_isa, &spec, 1);
+        assert_eq!(
+            (ki.isa.as_str(), ki.bits, ki.group.as_str()),
+            ("avx2", 4, "32")
+        );
+        assert_eq!(
+            (kf.isa.as_str(), kf.bits, kf.group.as_str()),
+            ("avx2", 4, "32")
+        );
+        assert_eq!((ki.family.as_str(), ki.format.as_str()), ("int8", "q4_0"));
+        assert_eq!((kf.family.as_str(), kf.format.as_str()), ("f32", "q4g32"));
+        let kn = key_for_i8(&t, &AVX2, &iq4, 1);
+        assert_eq!(kn.format, "iq4_nl");
+
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Profile::default();
+        let mut e = entry(ki.clone());
+        for m in &mut e.measured {
+            (m.m_u, m.t_sub) = (None, Some(m.t_u));
+        }
+        p.upsert(e);
+        p.save(&dir.path().join("a.toml")).unwrap();
+        let files = files_in(dir.path());
+        assert!(lookup(&files, &ki).found.is_some());
+        for other in [&kf, &kn] {
+            let l = lookup(&files, other);
+            assert!(l.found.is_none() && l.warnings.is_empty(), "{other:?}");
+        }
+        // Both families in one file, side by side.
+        p.upsert(entry(kf.clone()));
+        assert_eq!(p.entries.len(), 2);
+        let back: Profile = toml::from_str(&p.to_toml()).unwrap();
+        assert_eq!(back, p);
+
+        // The int8 lookup gives the measured tile and blocks, from the profile.
+        let (fixed, notes) = profile_tile_i8(&files, &t, &AVX2, &q4_0, 1);
+        let f = fixed.unwrap();
+        assert_eq!((f.tile.t_u, f.tile.t_sub, f.tile.m_r), (3, 3, 1));
+        assert_eq!(f.block, Some((256, 64)));
+        assert!(matches!(f.source, TileSource::Profile(_)));
+        assert!(notes.is_empty(), "{notes:?}");
+        let (none, notes) = profile_tile_i8(&files, &t, &AVX2, &iq4, 1);
+        assert!(
+            none.is_none() && notes[0].contains("no tuning profile"),
+            "{notes:?}"
+        );
     }
 }

@@ -1,28 +1,39 @@
-//! `kgen tune`: the empirical search that QIGen uses for m_u and t_u.
+//! `kgen tune`: the empirical search that QIGen uses for m_u and t_u, for
+//! both kernel families.
 //!
 //! 1. **Candidates**: the model's ranked micro tiles (each with its solved L1
-//!    block), plus block variants around the model's pick.
+//!    block), plus block variants around the model's pick. For an int8 GEMM
+//!    the candidates are the GEMM tiles on the GEMV's packed layout (the one
+//!    a generated file gives both kernels).
 //! 2. **Scratch crate**: the candidates are emitted by the normal emitter into
-//!    a crate in a temporary directory that depends on this kgen and
-//!    kgen-runtime, with the timing harness from `templates/tune/harness.rs`,
-//!    and built with `cargo build --release` under the caller's environment
-//!    (so with the same flags a user build gets). Its target directory
-//!    persists, so dependencies compile once.
+//!    a crate in a temporary directory, with the timing harness from
+//!    `templates/tune/` (`harness.rs` for f32, against kgen-runtime's
+//!    matrices; `harness_i8.rs` for int8, which calls the kernels' `run`
+//!    itself on `kgen::layout` data and needs only kgen), and built with
+//!    `cargo build --release` under the caller's environment (so with the
+//!    same flags a user build gets). Its target directory persists, so
+//!    dependencies compile once.
 //! 3. **Measurement** (in the harness): every candidate is checked against the
 //!    reference first, then timed in interleaved rounds (warm-up, repeated
 //!    medians, rotated order) until the budget is spent.
-//! 4. **Profile**: the results, keyed by machine and spec, are written to
-//!    `profiles/<machine>.toml`; the planner and build scripts read them.
+//! 4. **Profile**: the results, keyed by machine, family, format and op, are
+//!    written to `profiles/<machine>.toml`; the planner and build scripts
+//!    read them.
 
 use crate::family::f32::isa::Isa;
 use crate::family::f32::planner;
 use crate::family::f32::planner::{Plan, PlanOptions};
-use crate::generate::Error;
+use crate::family::int8::isa::I8Isa;
+use crate::family::int8::model::{self as i8model, I8Fixed};
+use crate::family::int8::plan::I8Plan;
+use crate::family::int8::spec::I8Spec;
+use crate::family::plan::TileSource;
+use crate::generate::{Error, I8Request, IsaChoice};
 use crate::layout::f32::Layout;
-use crate::profile::key_for;
-use crate::profile::{self, Measured, Profile, ProfileEntry};
-use crate::registry::{detector, entry};
-use crate::spec::KernelSpec;
+use crate::profile::{self, Measured, Profile, ProfileEntry, ProfileKey};
+use crate::profile::{key_for, key_for_i8};
+use crate::registry::{detector, detector_i8, entry};
+use crate::spec::{KernelSpec, Op};
 use crate::target::TargetDesc;
 use indicatif::{ProgressBar, ProgressStyle};
 use proc_macro2::TokenStream;
@@ -32,10 +43,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// What to tune.
+/// What to tune: `S` is the family's spec, [`KernelSpec`] (f32, [`tune`])
+/// or [`I8Spec`] (int8, [`tune_i8`]).
 #[derive(Clone, Debug)]
-pub struct TuneRequest {
-    pub spec: KernelSpec,
+pub struct TuneRequest<S = KernelSpec> {
+    pub spec: S,
     pub shapes: Vec<(usize, usize)>,
     pub threads: usize,
     pub budget: Duration,
@@ -54,6 +66,9 @@ pub struct TuneOutcome {
     pub path: PathBuf,
     /// True when an existing profile entry answered (no measurement).
     pub cache_hit: bool,
+    /// How the candidates were chosen (an int8 GEMM's layout and where it
+    /// came from), for the caller to print.
+    pub notes: Vec<String>,
 }
 
 /// File name for a machine's profile: its CPU model, made path-safe.
@@ -145,6 +160,78 @@ pub fn candidates(
     plans
 }
 
+/// The int8 candidates for `spec` on `isa`, the model's pick among them.
+///
+/// A GEMV: the model's top tiles with their blocks, then block variants of
+/// its pick (half and double of each dimension that still fits L1). A GEMM:
+/// the model's top GEMM tiles on `gemv`'s layout, which the generated GEMM
+/// kernel shares (so the winner applies to what `kgen --format` writes).
+pub fn candidates_i8(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    target: &TargetDesc,
+    shape: (usize, usize),
+    max_tiles: usize,
+    gemv: &I8Plan,
+) -> Vec<I8Plan> {
+    let fixed = |tile, block| I8Fixed {
+        tile,
+        block,
+        source: TileSource::Fixed,
+    };
+    let mut plans: Vec<I8Plan> = Vec::new();
+    let mut push = |p: I8Plan| {
+        if !plans
+            .iter()
+            .any(|q| (q.tile, q.m_b, q.t_b) == (p.tile, p.m_b, p.t_b))
+        {
+            plans.push(p);
+        }
+    };
+    match spec.op {
+        Op::Gemv => {
+            let ranked = i8model::rank_tiles(spec, isa, target, shape);
+            for c in ranked.iter().take(max_tiles) {
+                if let Ok(p) =
+                    i8model::plan_with(spec, isa, target, shape, Some(&fixed(c.tile, None)))
+                {
+                    push(p);
+                }
+            }
+            if let Ok(pick) = i8model::plan(spec, isa, target, shape) {
+                let (m_b, t_b, tw) = (pick.m_b, pick.t_b, pick.lanes * pick.tile.t_u);
+                let qk = crate::format::ggml::QK;
+                let round = crate::layout::align::round_up;
+                let variants = [
+                    (round((m_b / 2).max(1), qk), t_b),
+                    (m_b * 2, t_b),
+                    (m_b, round((t_b / 2).max(1), tw)),
+                    (m_b, t_b * 2),
+                    (qk, tw),
+                ];
+                for block in variants {
+                    let f = fixed(pick.tile, Some(block));
+                    if let Ok(p) = i8model::plan_with(spec, isa, target, shape, Some(&f)) {
+                        push(p);
+                    }
+                }
+            }
+        }
+        Op::Gemm { m } => {
+            for c in i8model::rank_gemm_tiles(gemv, m, target)
+                .iter()
+                .take(max_tiles)
+            {
+                if let Ok(p) = i8model::plan_gemm_with(gemv, m, target, Some(&fixed(c.tile, None)))
+                {
+                    push(p);
+                }
+            }
+        }
+    }
+    plans
+}
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -152,10 +239,13 @@ fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Writes the scratch crate for `plans` into `dir`.
+fn toml_path(p: PathBuf) -> String {
+    p.display().to_string().replace('\\', "/")
+}
+
+/// Writes the f32 scratch crate for `plans` into `dir`.
 fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), Error> {
     let root = repo_root();
-    let toml_path = |p: PathBuf| p.display().to_string().replace('\\', "/");
     let manifest = format!(
         "[package]\nname = \"kgen-tune-scratch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
          [workspace]\n\n[dependencies]\nkgen = {{ path = \"{}\", default-features = false }}\n\
@@ -210,7 +300,271 @@ fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), 
     Ok(())
 }
 
-/// Runs `kgen tune` for one spec on the best ISA of `target`.
+/// Writes the int8 scratch crate for `plans` into `dir`: the harness, one
+/// emitted file per candidate, and `kernels.rs` listing them as the
+/// harness's `Cand` (the kernel module's constants and `run`). It depends on
+/// kgen alone, not on the runtime's matrix types.
+fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result<(), Error> {
+    let root = repo_root();
+    let manifest = format!(
+        "[package]\nname = \"kgen-tune-scratch-i8\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+         [workspace]\n\n[dependencies]\nkgen = {{ path = \"{}\", default-features = false }}\n\n\
+         [profile.release]\ndebug = false\n",
+        toml_path(root.join("generator")),
+    );
+    std::fs::create_dir_all(dir.join("src"))?;
+    std::fs::write(dir.join("Cargo.toml"), manifest)?;
+    std::fs::write(
+        dir.join("src/main.rs"),
+        include_str!("../../templates/tune/harness_i8.rs"),
+    )?;
+    let mut modules = TokenStream::new();
+    let mut pushes = TokenStream::new();
+    let mut detectors = std::collections::BTreeMap::new();
+    for (i, plan) in plans.iter().enumerate() {
+        let file = format!("c{i}.rs");
+        let text = crate::family::int8::emit::emit_file(
+            target,
+            std::slice::from_ref(plan),
+            "kgen tune --format (candidate)",
+        )?;
+        std::fs::write(dir.join("src").join(&file), text)?;
+        let module = format_ident!("c{}", i);
+        modules.extend(quote! { pub mod #module { include!(#file); } });
+        let isa = I8Isa::by_name(plan.isa).expect("planned ISA");
+        let detect = format_ident!("detect_{}", isa.name);
+        detectors.insert(isa.name, detector_i8(&isa, &detect));
+        let k = format_ident!("{}", plan.kernel_name());
+        let tag = plan.spec.format.tag;
+        let cfg = crate::emit::arch_cfg(isa.arch);
+        pushes.extend(quote! {
+            #cfg
+            {
+                use #module::#k as k;
+                v.push(super::Cand {
+                    name: k::NAME,
+                    format: #tag,
+                    lanes: k::LANES,
+                    t_u: k::T_U,
+                    m_r: k::M_R,
+                    m_b: k::M_B,
+                    t_b: k::T_B,
+                    group_bytes: k::GROUP_BYTES,
+                    signed: k::SIGNED,
+                    row_pairs: k::ROW_PAIRS,
+                    detect: #detect,
+                    run: k::run,
+                });
+            }
+        });
+    }
+    let detect_fns = detectors.values();
+    let file: syn::File = syn::parse2(quote! {
+        #modules
+        #(#detect_fns)*
+        pub fn candidates() -> ::std::vec::Vec<super::Cand> {
+            let mut v = ::std::vec::Vec::new();
+            #pushes
+            v
+        }
+    })
+    .map_err(|e| Error::Emit(crate::emit::EmitError(format!("tune registry: {e}"))))?;
+    std::fs::write(dir.join("src/kernels.rs"), prettyplease::unparse(&file))?;
+    Ok(())
+}
+
+/// The profile's entry for `key`, if it answers without measuring.
+fn cached(key: &ProfileKey, req_force: bool, dir: &Path) -> Option<TuneOutcome> {
+    let found = profile::lookup(&profile::files_in(dir), key);
+    for w in &found.warnings {
+        eprintln!("kgen tune: warning: {w}");
+    }
+    let f = found.found?;
+    (f.family.is_none() && !req_force).then(|| TuneOutcome {
+        entry: f.entry,
+        path: f.path,
+        cache_hit: true,
+        notes: Vec::new(),
+    })
+}
+
+/// One candidate's measurement from the harness: (index, median seconds,
+/// weight bytes, flops).
+type Timed = (usize, f64, f64, f64);
+
+/// A scratch crate to build and run.
+struct Scratch<'a> {
+    dir: &'a Path,
+    /// Its package (and binary) name.
+    package: &'static str,
+    /// What is tuned, for the progress bar.
+    what: String,
+    /// Candidates in it.
+    n: usize,
+    /// `KGEN_SPECS` for the build (the runtime's built-in kernels), if it
+    /// depends on the runtime.
+    specs_env: Option<String>,
+    /// Activation rows the harness times.
+    rows: usize,
+}
+
+/// Builds the scratch crate and runs its harness: returns the timings and
+/// the candidates that failed the reference check (by `name`).
+fn build_and_run<S>(
+    req: &TuneRequest<S>,
+    start: Instant,
+    s: &Scratch,
+    name: impl Fn(usize) -> String,
+    describe: impl Fn(usize) -> String,
+) -> Result<(Vec<Timed>, Vec<String>), Error> {
+    let n = s.n;
+    let target_dir = repo_root().join("target").join("kgen-tune");
+    let bar = if req.progress {
+        ProgressBar::new(req.budget.as_millis() as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar.set_message(format!("compiling {n} candidates for {}", s.what));
+    let mut build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    build
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(s.dir.join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(specs) = &s.specs_env {
+        // The runtime's own built-in kernels: only the tuned format, to build fast.
+        build.env("KGEN_SPECS", specs);
+    }
+    let build = build.output()?;
+    if !build.status.success() {
+        bar.finish_and_clear();
+        return Err(Error::Usage(format!(
+            "building the tuning candidates failed:\n{}",
+            String::from_utf8_lossy(&build.stderr)
+        )));
+    }
+    let left = req.budget.saturating_sub(start.elapsed());
+    if left < Duration::from_secs(1) {
+        bar.finish_and_clear();
+        return Err(Error::Usage(format!(
+            "compiling the candidates took {:.0} s of the {:.0} s budget; raise --budget (later runs reuse the build)",
+            start.elapsed().as_secs_f64(),
+            req.budget.as_secs_f64()
+        )));
+    }
+    // Leave a margin for packing the matrices and writing the profile.
+    let timing = left.mul_f64(0.8);
+    let shapes_arg: Vec<String> = req.shapes.iter().map(|(k, n)| format!("{k}x{n}")).collect();
+    let exe =
+        target_dir
+            .join("release")
+            .join(format!("{}{}", s.package, std::env::consts::EXE_SUFFIX));
+    let mut child = Command::new(&exe)
+        .args([
+            "--shapes",
+            &shapes_arg.join(","),
+            "--threads",
+            &req.threads.to_string(),
+        ])
+        .args([
+            "--m",
+            &s.rows.to_string(),
+            "--budget",
+            &format!("{:.3}", timing.as_secs_f64()),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut failed = Vec::new();
+    let mut results: Vec<Timed> = Vec::new();
+    let stdout = child.stdout.take().expect("piped");
+    for line in BufReader::new(stdout).lines() {
+        let line = line?;
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["check", i, "fail", rest @ ..] => {
+                let i: usize = i.parse().unwrap_or(usize::MAX);
+                let name = if i < n { name(i) } else { String::new() };
+                failed.push(format!("{name}: {}", rest.join(" ")));
+            }
+            ["round", r, "best", i, secs] => {
+                let i: usize = i.parse().unwrap_or(usize::MAX);
+                let secs: f64 = secs.parse().unwrap_or(f64::NAN);
+                bar.set_position(start.elapsed().as_millis() as u64);
+                if i < n {
+                    bar.set_message(format!(
+                        "round {r}: best so far {} ({:.1} us)",
+                        describe(i),
+                        secs * 1e6
+                    ));
+                }
+            }
+            ["result", i, secs, bytes, flops] => {
+                if let (Ok(i), Ok(s), Ok(b), Ok(fl)) =
+                    (i.parse(), secs.parse(), bytes.parse(), flops.parse())
+                {
+                    results.push((i, s, b, fl));
+                }
+            }
+            _ => {}
+        }
+    }
+    let status = child.wait()?;
+    bar.finish_and_clear();
+    if !status.success() {
+        return Err(Error::Usage(format!(
+            "the tuning harness failed ({status})"
+        )));
+    }
+    Ok((results, failed))
+}
+
+/// Sorts `measured`, writes the entry into its machine's profile.
+fn save(
+    key: ProfileKey,
+    path: PathBuf,
+    shapes: &[(usize, usize)],
+    mut measured: Vec<Measured>,
+    failed: Vec<String>,
+    notes: Vec<String>,
+) -> Result<TuneOutcome, Error> {
+    measured.sort_by(|a, b| a.median_s.total_cmp(&b.median_s));
+    if measured.is_empty() {
+        return Err(Error::Usage(format!(
+            "no candidate passed the reference check: {failed:?}"
+        )));
+    }
+    let entry = ProfileEntry {
+        key,
+        shapes: shapes.iter().map(|(k, n)| format!("{k}x{n}")).collect(),
+        measured,
+        failed,
+    };
+    let mut profile = if path.exists() {
+        Profile::load(&path).map_err(|e| Error::Usage(e.to_string()))?
+    } else {
+        Profile::default()
+    };
+    profile.upsert(entry.clone());
+    profile
+        .save(&path)
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    Ok(TuneOutcome {
+        entry,
+        path,
+        cache_hit: false,
+        notes,
+    })
+}
+
+/// Runs `kgen tune` for one f32 spec on the best ISA of `target`.
 pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error> {
     let start = Instant::now();
     let isa = Isa::for_target(target)
@@ -219,19 +573,8 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
         .expect("portable always runs");
     let key = key_for(target, &isa, &req.spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    let files = profile::files_in(&req.profile_dir);
-    let found = profile::lookup(&files, &key);
-    for w in &found.warnings {
-        eprintln!("kgen tune: warning: {w}");
-    }
-    if let Some(f) = &found.found {
-        if f.family.is_none() && !req.force {
-            return Ok(TuneOutcome {
-                entry: f.entry.clone(),
-                path: f.path.clone(),
-                cache_hit: true,
-            });
-        }
+    if let Some(hit) = cached(&key, req.force, &req.profile_dir) {
+        return Ok(hit);
     }
 
     let shape = req.shapes.first().copied().unwrap_or((4096, 4096));
@@ -264,123 +607,35 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
 
     let scratch = tempfile::Builder::new().prefix("kgen-tune-").tempdir()?;
     write_scratch(scratch.path(), target, &plans)?;
-    let target_dir = repo_root().join("target").join("kgen-tune");
-    let bar = if req.progress {
-        ProgressBar::new(req.budget.as_millis() as u64)
-    } else {
-        ProgressBar::hidden()
+    let s = Scratch {
+        dir: scratch.path(),
+        package: "kgen-tune-scratch",
+        what: req.spec.to_string(),
+        n: plans.len(),
+        specs_env: Some(format!("{}:{}", req.spec.bits, req.spec.group)),
+        rows: req.spec.op.rows(),
     };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {msg}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar.set_message(format!(
-        "compiling {} candidates for {}",
-        plans.len(),
-        req.spec
-    ));
-    let spec_env = format!("{}:{}", req.spec.bits, req.spec.group);
-    let build = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--release", "--quiet", "--manifest-path"])
-        .arg(scratch.path().join("Cargo.toml"))
-        .arg("--target-dir")
-        .arg(&target_dir)
-        // The runtime's own built-in kernels: only the tuned format, to build fast.
-        .env("KGEN_SPECS", &spec_env)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()?;
-    if !build.status.success() {
-        bar.finish_and_clear();
-        return Err(Error::Usage(format!(
-            "building the tuning candidates failed:\n{}",
-            String::from_utf8_lossy(&build.stderr)
-        )));
-    }
-    let left = req.budget.saturating_sub(start.elapsed());
-    if left < Duration::from_secs(1) {
-        bar.finish_and_clear();
-        return Err(Error::Usage(format!(
-            "compiling the candidates took {:.0} s of the {:.0} s budget; raise --budget (later runs reuse the build)",
-            start.elapsed().as_secs_f64(),
-            req.budget.as_secs_f64()
-        )));
-    }
-    // Leave a margin for packing the matrices and writing the profile.
-    let timing = left.mul_f64(0.8);
-    let shapes_arg: Vec<String> = req.shapes.iter().map(|(k, n)| format!("{k}x{n}")).collect();
-    let exe = target_dir
-        .join("release")
-        .join(format!("kgen-tune-scratch{}", std::env::consts::EXE_SUFFIX));
-    let mut child = Command::new(&exe)
-        .args([
-            "--shapes",
-            &shapes_arg.join(","),
-            "--threads",
-            &req.threads.to_string(),
-        ])
-        .args([
-            "--m",
-            &req.spec.op.rows().to_string(),
-            "--budget",
-            &format!("{:.3}", timing.as_secs_f64()),
-        ])
-        .stdout(Stdio::piped())
-        .spawn()?;
-    let mut failed = Vec::new();
-    let mut results: Vec<(usize, f64, f64, f64)> = Vec::new();
-    let stdout = child.stdout.take().expect("piped");
-    for line in BufReader::new(stdout).lines() {
-        let line = line?;
-        let f: Vec<&str> = line.split_whitespace().collect();
-        match f.as_slice() {
-            ["check", i, "fail", rest @ ..] => {
-                let i: usize = i.parse().unwrap_or(usize::MAX);
-                let name = plans.get(i).map(Plan::kernel_name).unwrap_or_default();
-                failed.push(format!("{name}: {}", rest.join(" ")));
-            }
-            ["round", r, "best", i, secs] => {
-                let i: usize = i.parse().unwrap_or(0);
-                let secs: f64 = secs.parse().unwrap_or(f64::NAN);
-                bar.set_position(start.elapsed().as_millis() as u64);
-                if let Some(p) = plans.get(i) {
-                    bar.set_message(format!(
-                        "round {r}: best so far m_u={} t_u={} m_r={} m_b={} t_b={} ({:.1} us)",
-                        p.tile.m_u,
-                        p.tile.t_u,
-                        p.tile.m_r,
-                        p.block.m_b,
-                        p.block.t_b,
-                        secs * 1e6
-                    ));
-                }
-            }
-            ["result", i, secs, bytes, flops] => {
-                if let (Ok(i), Ok(s), Ok(b), Ok(fl)) =
-                    (i.parse(), secs.parse(), bytes.parse(), flops.parse())
-                {
-                    results.push((i, s, b, fl));
-                }
-            }
-            _ => {}
-        }
-    }
-    let status = child.wait()?;
-    bar.finish_and_clear();
-    if !status.success() {
-        return Err(Error::Usage(format!(
-            "the tuning harness failed ({status})"
-        )));
-    }
-    let mut measured: Vec<Measured> = results
+    let (results, failed) = build_and_run(
+        req,
+        start,
+        &s,
+        |i| plans[i].kernel_name(),
+        |i| {
+            let p = &plans[i];
+            format!(
+                "m_u={} t_u={} m_r={} m_b={} t_b={}",
+                p.tile.m_u, p.tile.t_u, p.tile.m_r, p.block.m_b, p.block.t_b
+            )
+        },
+    )?;
+    let measured: Vec<Measured> = results
         .iter()
         .filter_map(|&(i, s, bytes, flops)| {
             let p = plans.get(i)?;
             Some(Measured {
-                m_u: p.tile.m_u,
+                m_u: Some(p.tile.m_u),
                 t_u: p.tile.t_u,
+                t_sub: None,
                 m_r: p.tile.m_r,
                 m_b: p.block.m_b,
                 t_b: p.block.t_b,
@@ -393,35 +648,143 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
             })
         })
         .collect();
-    measured.sort_by(|a, b| a.median_s.total_cmp(&b.median_s));
-    if measured.is_empty() {
-        return Err(Error::Usage(format!(
-            "no candidate passed the reference check: {failed:?}"
-        )));
-    }
-    let entry = ProfileEntry {
-        key,
-        shapes: shapes_arg,
-        measured,
-        failed,
-    };
-    let mut profile = if path.exists() {
-        Profile::load(&path).map_err(|e| Error::Usage(e.to_string()))?
-    } else {
-        Profile::default()
-    };
-    profile.upsert(entry.clone());
-    profile
-        .save(&path)
-        .map_err(|e| Error::Usage(e.to_string()))?;
-    Ok(TuneOutcome {
-        entry,
-        path,
-        cache_hit: false,
-    })
+    save(key, path, &req.shapes, measured, failed, Vec::new())
 }
 
-/// One line per tuned entry: the model's pick against the empirical best.
+/// Runs `kgen tune --format` for one int8 format and op on the best int8 ISA
+/// of `target` that has kernels for the format.
+///
+/// A GEMM is tuned on the packed layout the GEMV kernel of a generated file
+/// would use: the GEMV entry of `req.profile_dir` if there is one (so tune
+/// the GEMV first), else the model's.
+pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOutcome, Error> {
+    let start = Instant::now();
+    let spec = req.spec;
+    let isa = crate::generate::select_i8_isas(target, &spec, &IsaChoice::Best)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "no int8 ISA of {} has {} kernels",
+                target.name,
+                spec.format_tag()
+            ))
+        })?;
+    let key = key_for_i8(target, &isa, &spec, req.threads);
+    let path = profile_file(&req.profile_dir, &key.cpu_model);
+    if let Some(hit) = cached(&key, req.force, &req.profile_dir) {
+        return Ok(hit);
+    }
+    let shape = req.shapes.first().copied().unwrap_or((4096, 4096));
+    // The GEMV a generated file would hold, with this directory's profiles.
+    let mut gemv_req = I8Request::new(spec, vec![Op::Gemv]);
+    gemv_req.isas = IsaChoice::Named(vec![isa.name.to_string()]);
+    gemv_req.shape = Some(shape);
+    gemv_req.profiles = profile::files_in(&req.profile_dir);
+    gemv_req.profile_threads = req.threads;
+    let gemv = crate::generate::plans_for_i8(target, &gemv_req)?
+        .into_iter()
+        .next()
+        .expect("one ISA, one op");
+    let mut notes = Vec::new();
+    if let Op::Gemm { .. } = spec.op {
+        notes.push(format!(
+            "GEMM tiles on the GEMV layout {} (t_u={} m_b={} t_b={}) from {}",
+            gemv.layout_name(),
+            gemv.tile.t_u,
+            gemv.m_b,
+            gemv.t_b,
+            gemv.source.describe()
+        ));
+    }
+    let plans = candidates_i8(&spec, &isa, target, shape, req.max_tiles, &gemv);
+    if plans.is_empty() {
+        return Err(Error::Usage(format!(
+            "no candidate tiles for {} {} on {}",
+            spec.format_tag(),
+            spec.op.name(),
+            target.name
+        )));
+    }
+    let (ranked, pick) = match spec.op {
+        Op::Gemv => {
+            let pick = i8model::plan(&spec, &isa, target, shape)?;
+            (pick.candidates.clone(), pick)
+        }
+        Op::Gemm { m } => {
+            let pick = i8model::plan_gemm_sharing(&gemv, m, target);
+            (pick.candidates.clone(), pick)
+        }
+    };
+    let is_pick = |p: &I8Plan| (p.tile, p.m_b, p.t_b) == (pick.tile, pick.m_b, pick.t_b);
+    let model_rank = |p: &I8Plan| {
+        ranked
+            .iter()
+            .position(|c| c.tile == p.tile)
+            .map_or(usize::MAX, |i| i + 1)
+    };
+    let scratch = tempfile::Builder::new().prefix("kgen-tune-i8-").tempdir()?;
+    write_scratch_i8(scratch.path(), target, &plans)?;
+    let what = match spec.op {
+        Op::Gemv => format!("{} gemv", spec.format_tag()),
+        Op::Gemm { m } => format!("{} gemm (m={m})", spec.format_tag()),
+    };
+    let s = Scratch {
+        dir: scratch.path(),
+        package: "kgen-tune-scratch-i8",
+        what,
+        n: plans.len(),
+        specs_env: None,
+        rows: spec.op.rows(),
+    };
+    let (results, failed) = build_and_run(
+        req,
+        start,
+        &s,
+        |i| plans[i].kernel_name(),
+        |i| {
+            let p = &plans[i];
+            format!(
+                "t_u={} t_sub={} m_r={} m_b={} t_b={}",
+                p.tile.t_u, p.tile.t_sub, p.tile.m_r, p.m_b, p.t_b
+            )
+        },
+    )?;
+    let measured: Vec<Measured> = results
+        .iter()
+        .filter_map(|&(i, s, bytes, flops)| {
+            let p = plans.get(i)?;
+            Some(Measured {
+                m_u: None,
+                t_u: p.tile.t_u,
+                t_sub: Some(p.tile.t_sub),
+                m_r: p.tile.m_r,
+                m_b: p.m_b,
+                t_b: p.t_b,
+                median_s: s,
+                gbs: bytes / s / 1e9,
+                gflops: flops / s / 1e9,
+                model_rank: model_rank(p),
+                model_gbs: p.gbs,
+                model_pick: is_pick(p),
+            })
+        })
+        .collect();
+    save(key, path, &req.shapes, measured, failed, notes)
+}
+
+/// `q4g32` / `q4_0`, and `gemv` or `gemm(m=32)`: what an entry tuned.
+pub fn entry_title(k: &ProfileKey) -> String {
+    let op = if k.op == "gemm" {
+        format!("gemm(m={})", k.m)
+    } else {
+        k.op.clone()
+    };
+    format!("{} {} {} {op}", k.family, k.isa, k.format)
+}
+
+/// One line per tuned entry (both families): the model's pick against the
+/// empirical best.
 pub fn report(dir: &Path) -> Result<String, Error> {
     let mut out = String::new();
     for path in profile::files_in(dir) {
@@ -432,25 +795,17 @@ pub fn report(dir: &Path) -> Result<String, Error> {
                 continue;
             };
             out.push_str(&format!(
-                "{} | {} q{}g{} {}(m={}) threads={} | best m_u={} t_u={} m_r={} m_b={} t_b={} {:.1} GB/s {:.1} GFLOPS | \
-                 model pick m_u={} t_u={} m_r={} m_b={} t_b={}: rank {} of {}, time x{:.3} of best\n",
+                "{} | {} threads={} | best {} m_b={} t_b={} {:.1} GB/s {:.1} GFLOPS | \
+                 model pick {} m_b={} t_b={}: rank {} of {}, time x{:.3} of best\n",
                 k.cpu_model,
-                k.isa,
-                k.bits,
-                k.group,
-                k.op,
-                k.m,
+                entry_title(k),
                 k.threads,
-                best.m_u,
-                best.t_u,
-                best.m_r,
+                best.tile_text(),
                 best.m_b,
                 best.t_b,
                 best.gbs,
                 best.gflops,
-                pick.m_u,
-                pick.t_u,
-                pick.m_r,
+                pick.tile_text(),
                 pick.m_b,
                 pick.t_b,
                 rank,

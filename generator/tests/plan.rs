@@ -107,7 +107,7 @@ fn plans_are_deterministic_and_named_by_format_op_tile_isa() {
     assert_eq!((a.block.m_b, a.block.t_b), (b.block.m_b, b.block.t_b));
     let name = a.kernel_name();
     assert!(
-        name.starts_with("q4g32_gemv_") && name.ends_with("__avx512f"),
+        name.starts_with("q4g32_gemv_1x") && name.ends_with("__avx512f"),
         "{name}"
     );
 }
@@ -210,4 +210,98 @@ fn predicted_bandwidth_counts_packed_weights() {
     let weight_bytes = 4096.0 * 4096.0 / 2.0;
     let seconds = weight_bytes / (p.prediction.gbs * 1e9);
     assert!((p.prediction.gflops - 2.0 * 4096.0 * 4096.0 / seconds / 1e9).abs() < 1e-6);
+}
+
+/// One naming convention for both families, `FORMAT_OP_MRxNR[cK]__ISA`:
+/// micro-tile rows (activation rows, 1 for a GEMV) by output columns, then
+/// the K unroll when there is one (the f32 family's m_u above 1).
+#[test]
+fn kernel_names_are_rows_by_columns_with_the_k_unroll() {
+    let (t, isa) = zen3_avx2();
+    let gemv = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
+    let p = plan(&gemv, &isa, &t, &PlanOptions::default()).unwrap();
+    // The Zen 3 GEMV tile is m_u=2 t_u=2 (16 columns of 8 lanes).
+    assert_eq!(p.kernel_name(), "q4g32_gemv_1x16c2__avx2");
+    let forced = |m_u, t_u, m_r, op| {
+        let spec = KernelSpec::new(op, 4, Group::Size(32)).unwrap();
+        let opts = PlanOptions {
+            tile: Some(kgen::family::f32::model::MicroTile { m_u, t_u, m_r }),
+            ..PlanOptions::default()
+        };
+        plan(&spec, &isa, &t, &opts).unwrap().kernel_name()
+    };
+    assert_eq!(forced(1, 3, 1, Op::Gemv), "q4g32_gemv_1x24__avx2");
+    assert_eq!(forced(1, 2, 4, Op::Gemm { m: 32 }), "q4g32_gemm_4x16__avx2");
+    assert_eq!(
+        forced(2, 1, 2, Op::Gemm { m: 32 }),
+        "q4g32_gemm_2x8c2__avx2"
+    );
+
+    // The int8 family: rows x columns of the micro kernel (t_sub column
+    // groups), never a K unroll.
+    use kgen::family::int8::{isa::I8Isa, model, spec::I8Spec};
+    let i8isa = I8Isa::by_name("avx2").unwrap();
+    let spec = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+    let v = model::plan(&spec, &i8isa, &t, (4096, 4096)).unwrap();
+    let m = model::plan_gemm_sharing(&v, 32, &t);
+    assert_eq!(
+        v.kernel_name(),
+        format!("q4_0_gemv_1x{}__avx2", v.tile.t_sub * v.lanes)
+    );
+    assert_eq!(
+        m.kernel_name(),
+        format!("q4_0_gemm_{}x{}__avx2", m.tile.m_r, m.tile.t_sub * m.lanes)
+    );
+}
+
+/// The int8 planner with a fixed tile (what a tuning profile gives it):
+/// used as given when the emitter can write it, refused with the reason
+/// otherwise; its ranking puts the model's own pick first.
+#[test]
+fn int8_fixed_tiles_are_used_or_refused_with_reasons() {
+    use kgen::family::int8::{isa::I8Isa, model, plan::I8Tile, spec::I8Spec};
+    use kgen::family::plan::TileSource;
+    let t = target::load("zen3").unwrap();
+    let isa = I8Isa::by_name("avx2").unwrap();
+    let spec = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+    let shape = (4096, 4096);
+    let pick = model::plan(&spec, &isa, &t, shape).unwrap();
+    assert_eq!(pick.source, TileSource::Model);
+    assert_eq!(pick.candidates[0].tile, pick.tile);
+    assert!(pick.candidates.len() > 1);
+    let fixed = |tile, block| model::I8Fixed {
+        tile,
+        block,
+        source: TileSource::Profile("p.toml".into()),
+    };
+    let tile = |t_u, t_sub, m_r| I8Tile { t_u, t_sub, m_r };
+    let p = model::plan_with(
+        &spec,
+        &isa,
+        &t,
+        shape,
+        Some(&fixed(tile(1, 1, 1), Some((256, 64)))),
+    )
+    .unwrap();
+    assert_eq!((p.tile, p.m_b, p.t_b), (tile(1, 1, 1), 256, 64));
+    assert_eq!(p.source, TileSource::Profile("p.toml".into()));
+    for (bad, block, why) in [
+        (tile(9, 9, 1), None, "t_u must be one of"),
+        (tile(2, 2, 2), None, "at most 1 rows"),
+        (tile(2, 1, 1), None, "whole tile"),
+        (tile(2, 2, 1), Some((100, 16)), "whole 32-blocks"),
+        (tile(2, 2, 1), Some((32 * 1024, 16)), "L1 bits"),
+    ] {
+        let e = model::plan_with(&spec, &isa, &t, shape, Some(&fixed(bad, block))).unwrap_err();
+        assert!(e.to_string().contains(why), "{bad:?}: {e}");
+    }
+    // GEMMs keep the GEMV's layout: a tile measured on another is refused.
+    let gemm = model::plan_gemm_sharing(&pick, 32, &t);
+    assert_eq!(gemm.candidates[0].tile, gemm.tile);
+    let other = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b + 32, pick.t_b)));
+    let e = model::plan_gemm_with(&pick, 32, &t, Some(&other)).unwrap_err();
+    assert!(e.to_string().contains("layout"), "{e}");
+    let same = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b, pick.t_b)));
+    let g = model::plan_gemm_with(&pick, 32, &t, Some(&same)).unwrap();
+    assert_eq!((g.tile.t_sub, g.tile.m_r), (1, 2));
 }

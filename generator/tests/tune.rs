@@ -69,3 +69,72 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
         "{report}"
     );
 }
+
+/// The int8 family: a GEMV tune, then a GEMM tune on the GEMV's (tuned)
+/// layout, both in one profile beside each other; generation takes both
+/// tiles from it and says so in the header.
+#[test]
+fn tiny_int8_tune_keys_by_format_and_feeds_generation() {
+    use kgen::family::int8::spec::I8Spec;
+    use kgen::family::plan::TileSource;
+    let dir = tempfile::tempdir().unwrap();
+    let target = kgen::target::load("native").unwrap();
+    let req = |op| TuneRequest {
+        spec: I8Spec::from_tag(op, "q4_0").unwrap(),
+        shapes: vec![(256, 256)],
+        threads: 1,
+        budget: Duration::from_secs(900),
+        force: false,
+        profile_dir: dir.path().to_path_buf(),
+        max_tiles: 3,
+        progress: false,
+    };
+    let gemv = kgen::tune::tune_i8(&target, &req(Op::Gemv)).unwrap();
+    assert!(!gemv.cache_hit);
+    let e = &gemv.entry;
+    assert!(e.failed.is_empty(), "{:?}", e.failed);
+    assert!(e.measured.len() >= 3, "{:?}", e.measured);
+    assert_eq!(
+        (e.key.family.as_str(), e.key.format.as_str()),
+        ("int8", "q4_0")
+    );
+    assert_eq!(e.measured.iter().filter(|m| m.model_pick).count(), 1);
+    assert!(e
+        .measured
+        .iter()
+        .all(|m| m.t_sub.is_some() && m.m_u.is_none()));
+
+    let gemm_req = req(Op::Gemm { m: 8 });
+    let gemm = kgen::tune::tune_i8(&target, &gemm_req).unwrap();
+    let g = &gemm.entry;
+    assert!(g.failed.is_empty(), "{:?}", g.failed);
+    assert_eq!((g.key.op.as_str(), g.key.m), ("gemm", 8));
+    // On the GEMV winner's layout.
+    let v = e.winner().unwrap();
+    assert!(g
+        .measured
+        .iter()
+        .all(|m| (m.t_u, m.m_b, m.t_b) == (v.t_u, v.m_b, v.t_b)));
+    assert!(kgen::tune::tune_i8(&target, &gemm_req).unwrap().cache_hit);
+
+    // Generation reads both entries.
+    let spec = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+    let mut r = kgen::I8Request::new(spec, vec![Op::Gemv, Op::Gemm { m: 8 }]);
+    r.profiles = kgen::profile::files_in(dir.path());
+    let plans = kgen::plans_for_i8(&target, &r).unwrap();
+    assert_eq!(plans[0].tile, v.i8_tile());
+    assert_eq!((plans[0].m_b, plans[0].t_b), (v.m_b, v.t_b));
+    assert_eq!(plans[1].tile, g.winner().unwrap().i8_tile());
+    assert!(plans
+        .iter()
+        .all(|p| matches!(p.source, TileSource::Profile(_))));
+    let text = kgen::family::int8::emit::emit_file(&target, &plans, "test").unwrap();
+    assert_eq!(text.matches("tile from: tuning profile").count(), 2);
+
+    let report = kgen::tune::report(dir.path()).unwrap();
+    assert_eq!(report.lines().count(), 2, "{report}");
+    assert!(
+        report.contains("int8") && report.contains("q4_0 gemm(m=8)"),
+        "{report}"
+    );
+}

@@ -66,6 +66,7 @@
 
 use crate::family::f32::planner::Plan;
 use crate::family::int8::isa::I8Isa;
+use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
 use crate::spec::Op;
 use crate::target::TargetDesc;
@@ -1404,22 +1405,27 @@ pub fn int8_rows(
         let gemv =
             crate::family::int8::model::plan(&I8Spec::new(Op::Gemv, bits)?, &isa, target, shape)?;
         let gemm = crate::family::int8::model::plan_gemm_sharing(&gemv, m, target);
-        let plans = [gemv, gemm];
-        let text = crate::family::int8::emit::emit_file(target, &plans, "kgen plan --explain")?;
-        let kernels = plans
-            .iter()
-            .map(|p| Planned {
-                kernel: p.kernel_name(),
-                gemm: p.spec.op != Op::Gemv,
-                bits,
-                rows: p.tile.m_r,
-                cols: p.tile.t_sub * p.lanes,
-            })
-            .collect();
-        let k = KPerIter::Fixed(crate::format::ggml::QK);
-        rows.extend(rows_of("int8", &text, k, kernels));
+        rows.extend(i8_plan_rows(target, &[gemv, gemm])?);
     }
     Ok(rows)
+}
+
+/// The int8 family's kernels of `plans` (all for `target`), emitted as
+/// `kgen --format` would and counted.
+pub fn i8_plan_rows(target: &TargetDesc, plans: &[I8Plan]) -> Result<Vec<Row>, crate::Error> {
+    let text = crate::family::int8::emit::emit_file(target, plans, "kgen plan --explain")?;
+    let kernels = plans
+        .iter()
+        .map(|p| Planned {
+            kernel: p.kernel_name(),
+            gemm: p.spec.op != Op::Gemv,
+            bits: p.spec.bits(),
+            rows: p.tile.m_r,
+            cols: p.tile.t_sub * p.lanes,
+        })
+        .collect();
+    let k = KPerIter::Fixed(crate::format::ggml::QK);
+    Ok(rows_of("int8", &text, k, kernels))
 }
 
 /// A figure from the Arm paper (Q4_0 on Neoverse V1, loads not counted).
@@ -1558,6 +1564,11 @@ pub fn report(rows: &[Row]) -> String {
         let _ = writeln!(s, "  note: {n}");
     }
     s
+}
+
+/// The `kgen plan --format --explain` op-count report for the int8 `plans`.
+pub fn explain_i8(target: &TargetDesc, plans: &[I8Plan]) -> Result<String, crate::Error> {
+    Ok(report(&i8_plan_rows(target, plans)?))
 }
 
 /// The `--explain` op-count report: the f32 family's `plans` (a GEMV and a

@@ -6,7 +6,7 @@
 //! is the comment header, which token trees cannot carry.
 //!
 //! Each plan becomes one module named after its kernel
-//! (`q4g32_gemv_1x112__avx512f`) holding:
+//! (`q4g32_gemv_1x64c2__avx512f`, see [`crate::family::plan::kernel_name`]) holding:
 //! - `ops`: the ISA's template (`templates/f32/<isa>.rs`), the primitives;
 //! - `micro_r{R}`: the micro kernels for `R = 1..=m_r` activation rows, fully
 //!   unrolled over one packing unit with systematic register names
@@ -23,7 +23,7 @@ use crate::emit::{fn_attrs, EmitError};
 use crate::family::f32::isa::Isa;
 use crate::family::f32::model::unpack_steps;
 use crate::family::f32::planner::Plan;
-use crate::family::plan::{BlockOrder, TileSource};
+use crate::family::plan::BlockOrder;
 use crate::spec::Group;
 use crate::target::{Arch, TargetDesc};
 use proc_macro2::{Literal, TokenStream};
@@ -140,12 +140,7 @@ fn header(target: &TargetDesc, plans: &[Plan], command: &str) -> String {
             "//   model:    {:.1} GB/s of weights, {:.1} GFLOPS on one core ({:?}-bound) at {}x{}",
             p.prediction.gbs, p.prediction.gflops, p.prediction.bound, p.shape.0, p.shape.1
         );
-        let src = match &p.source {
-            TileSource::Model => "performance model (no tuning profile)".to_string(),
-            TileSource::Profile(path) => format!("tuning profile {path}"),
-            TileSource::Fixed => "fixed by the caller".to_string(),
-        };
-        let _ = writeln!(h, "//   tile from: {src}");
+        let _ = writeln!(h, "//   tile from: {}", p.source.describe());
         for note in &p.notes {
             let _ = writeln!(h, "//   note:     {note}");
         }

@@ -70,21 +70,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// `q4g32_gemv_1x112__avx512f`: format, op, micro tile (m_u x columns), ISA.
+    /// `q4g32_gemv_1x64c2__avx512f`: format, op, micro tile as rows x
+    /// columns (`m_r` x `t_u * lanes`), `c{m_u}` for a K unroll above 1, ISA
+    /// (see [`crate::family::plan::kernel_name`]).
     pub fn kernel_name(&self) -> String {
-        let rows = if self.tile.m_r > 1 {
-            format!("r{}", self.tile.m_r)
-        } else {
-            String::new()
-        };
-        format!(
-            "{}_{}_{}x{}{}__{}",
-            self.spec.format_tag(),
-            self.spec.op.name(),
-            self.tile.m_u,
+        crate::family::plan::kernel_name(
+            &self.spec.format_tag(),
+            self.spec.op,
+            self.tile.m_r,
             self.tile.t_u * self.lanes,
-            rows,
-            self.isa
+            self.tile.m_u,
+            self.isa,
         )
     }
 

@@ -2,10 +2,9 @@
 //! L1 footprint, roofline, and the tile and block search.
 
 use crate::family::int8::isa::I8Isa;
-use crate::family::int8::plan::I8Plan;
-use crate::family::int8::plan::I8Tile;
+use crate::family::int8::plan::{I8Candidate, I8Plan, I8Tile};
 use crate::family::int8::spec::I8Spec;
-use crate::family::plan::BlockOrder;
+use crate::family::plan::{BlockOrder, PlanError, TileSource};
 use crate::format::ggml::QK;
 use crate::layout::align::round_up;
 use crate::spec::Op;
@@ -142,36 +141,60 @@ pub fn predict(
 
 const MAX_M_R: usize = 8;
 
-/// Plans an int8 kernel: the fastest register-feasible tile by the model,
-/// ties to wider tiles, then the fullest L1 block (eq. 5 for this family)
-/// with balanced traffic, as for the f32 family.
-pub fn plan(
+/// A tile (and optionally blocks) to use instead of the model's pick: a
+/// tuning profile's measured winner, or the caller's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct I8Fixed {
+    pub tile: I8Tile,
+    /// L1 blocks `(m_b, t_b)`; `None` solves them for the tile (GEMV only:
+    /// a GEMM keeps its GEMV's blocks).
+    pub block: Option<(usize, usize)>,
+    pub source: TileSource,
+}
+
+/// Column-group widths `t_u` a GEMV tile may have on `isa`: matrix-multiply
+/// layouts interleave 4 or 8 columns (Q4_0_4_8 / Q4_0_8_8), whole pairs of
+/// column pairs, so GEMV pair sums fill vectors.
+fn widths(isa: &I8Isa) -> &'static [usize] {
+    if isa.group_bytes == 8 {
+        &[2, 4]
+    } else {
+        &[1, 2, 3, 4, 5, 6, 7, 8]
+    }
+}
+
+fn candidate(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    tile: I8Tile,
+    shape: (usize, usize),
+) -> I8Candidate {
+    let (gbs, gflops) = predict(spec, isa, t, tile, shape.0, shape.1);
+    I8Candidate {
+        tile,
+        registers: registers(spec, isa, tile),
+        gbs,
+        gflops,
+    }
+}
+
+/// Every register-feasible tile for `spec` on `isa`, the model's pick first,
+/// then fastest first (ties to wider tiles).
+pub fn rank_tiles(
     spec: &I8Spec,
     isa: &I8Isa,
     t: &TargetDesc,
     shape: (usize, usize),
-) -> Result<I8Plan, crate::family::plan::PlanError> {
-    if !isa.runs_on(t) {
-        return Err(crate::family::plan::PlanError(format!(
-            "int8 ISA {} needs {:?}, which target {} does not list",
-            isa.name, isa.requires, t.name
-        )));
-    }
-    isa.supports(spec).map_err(crate::family::plan::PlanError)?;
+) -> Vec<I8Candidate> {
     let max_rows = match spec.op {
         Op::Gemv => 1,
         Op::Gemm { m } => m.min(MAX_M_R),
     };
+    let mut all = Vec::new();
     let mut best: Option<(f64, I8Tile)> = None;
     for m_r in 1..=max_rows {
-        // Matrix-multiply layouts interleave 4 or 8 columns (Q4_0_4_8 /
-        // Q4_0_8_8): whole pairs of column pairs, so GEMV pair sums fill vectors.
-        let widths: &[usize] = if isa.group_bytes == 8 {
-            &[2, 4]
-        } else {
-            &[1, 2, 3, 4, 5, 6, 7, 8]
-        };
-        for &t_u in widths {
+        for &t_u in widths(isa) {
             let tile = I8Tile {
                 t_u,
                 t_sub: t_u,
@@ -180,7 +203,9 @@ pub fn plan(
             if registers(spec, isa, tile) > isa.registers {
                 continue;
             }
-            let (gbs, _) = predict(spec, isa, t, tile, shape.0, shape.1);
+            let c = candidate(spec, isa, t, tile, shape);
+            let gbs = c.gbs;
+            all.push(c);
             let better = match best {
                 None => true,
                 Some((g, b)) => {
@@ -193,8 +218,32 @@ pub fn plan(
             }
         }
     }
-    let (_, tile) = best
-        .ok_or_else(|| crate::family::plan::PlanError(format!("no int8 tile fits {}", isa.name)))?;
+    rank(&mut all, best.map(|b| b.1), |c| c.gbs);
+    all
+}
+
+/// Sorts `all` fastest first by `key` (ties to bigger tiles) with `pick` first.
+fn rank(all: &mut [I8Candidate], pick: Option<I8Tile>, key: impl Fn(&I8Candidate) -> f64) {
+    let area = |c: &I8Candidate| c.tile.t_sub * c.tile.m_r;
+    all.sort_by(|a, b| {
+        let first = |c: &I8Candidate| Some(c.tile) != pick;
+        first(a)
+            .cmp(&first(b))
+            .then(key(b).total_cmp(&key(a)))
+            .then(area(b).cmp(&area(a)))
+            .then(b.tile.t_u.cmp(&a.tile.t_u))
+    });
+}
+
+/// The fullest L1 block (eq. 5 for this family) with balanced traffic for
+/// `tile`: `(lhs bits, m_b, t_b)`.
+pub fn l1_block(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    tile: I8Tile,
+    shape: (usize, usize),
+) -> Result<(u64, usize, usize), PlanError> {
     let gamma = t.cache.l1d * 8;
     let tw = isa.lanes * tile.t_u;
     let max_m_b = round_up(shape.0.max(1), QK);
@@ -214,14 +263,82 @@ pub fn plan(
         let (m_r, m_b, t_b) = (tile.m_r as f64, m_b as f64, t_b as f64);
         (m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * (2.0 * spec.bits() as f64 + 1.0) / 16.0)
     };
-    let (lhs, m_b, t_b) = blocks
+    blocks
         .iter()
         .filter(|b| b.0 as f64 >= 0.97 * max_lhs as f64)
         .min_by(|a, b| traffic(a).total_cmp(&traffic(b)).then(b.0.cmp(&a.0)))
         .copied()
-        .ok_or_else(|| {
-            crate::family::plan::PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024))
-        })?;
+        .ok_or_else(|| PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024)))
+}
+
+/// Plans an int8 kernel: the fastest register-feasible tile by the model,
+/// ties to wider tiles, then the fullest L1 block (eq. 5 for this family)
+/// with balanced traffic, as for the f32 family.
+pub fn plan(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    shape: (usize, usize),
+) -> Result<I8Plan, PlanError> {
+    plan_with(spec, isa, t, shape, None)
+}
+
+/// [`plan`], or with `fixed`'s tile (and blocks) if given, which must fit
+/// the registers, L1 and the layout's divisibility rules.
+pub fn plan_with(
+    spec: &I8Spec,
+    isa: &I8Isa,
+    t: &TargetDesc,
+    shape: (usize, usize),
+    fixed: Option<&I8Fixed>,
+) -> Result<I8Plan, PlanError> {
+    if !isa.runs_on(t) {
+        return Err(PlanError(format!(
+            "int8 ISA {} needs {:?}, which target {} does not list",
+            isa.name, isa.requires, t.name
+        )));
+    }
+    isa.supports(spec).map_err(PlanError)?;
+    let candidates = rank_tiles(spec, isa, t, shape);
+    let gamma = t.cache.l1d * 8;
+    let (tile, source) = match fixed {
+        None => (
+            candidates
+                .first()
+                .ok_or_else(|| PlanError(format!("no int8 tile fits {}", isa.name)))?
+                .tile,
+            TileSource::Model,
+        ),
+        Some(f) => {
+            check_tile(spec, isa, f.tile, spec.op.rows().min(MAX_M_R))?;
+            if f.tile.t_sub != f.tile.t_u {
+                return Err(PlanError(format!(
+                    "tile t_u={} t_sub={}: a GEMV layout's micro kernel covers the whole tile",
+                    f.tile.t_u, f.tile.t_sub
+                )));
+            }
+            (f.tile, f.source.clone())
+        }
+    };
+    let (lhs, m_b, t_b) = match fixed.and_then(|f| f.block) {
+        None => l1_block(spec, isa, t, tile, shape)?,
+        Some((m_b, t_b)) => {
+            let tw = isa.lanes * tile.t_u;
+            let lhs = l1_bits(spec, tile.m_r, m_b, t_b);
+            if m_b == 0 || t_b == 0 || !m_b.is_multiple_of(QK) || !t_b.is_multiple_of(tw) {
+                return Err(PlanError(format!(
+                    "blocks m_b={m_b} t_b={t_b}: m_b must be whole 32-blocks and t_b whole {tw}-column tiles"
+                )));
+            }
+            if lhs > gamma {
+                return Err(PlanError(format!(
+                    "blocks m_b={m_b} t_b={t_b} take {lhs} L1 bits, over the {gamma} of {}",
+                    t.name
+                )));
+            }
+            (lhs, m_b, t_b)
+        }
+    };
     let (gbs, gflops) = predict(spec, isa, t, tile, shape.0, shape.1);
     Ok(I8Plan {
         target: t.name.clone(),
@@ -238,20 +355,62 @@ pub fn plan(
         gbs,
         gflops,
         order: BlockOrder::Panel,
+        source,
+        shape,
+        candidates,
+        notes: Vec::new(),
     })
 }
 
-/// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed
-/// matrix serves both; the micro tile (t_sub column groups x m_r rows) is
-/// the model's best that fits the registers with one to spare (at the exact
-/// limit LLVM spills accumulators).
-pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
+/// Whether `tile` is one the emitter writes for `isa`: registers, widths,
+/// and whole 2x2 tiles on matrix-multiply ISAs.
+fn check_tile(spec: &I8Spec, isa: &I8Isa, tile: I8Tile, max_rows: usize) -> Result<(), PlanError> {
+    let bad = |why: String| {
+        Err(PlanError(format!(
+            "tile t_u={} t_sub={} m_r={} on {}: {why}",
+            tile.t_u, tile.t_sub, tile.m_r, isa.name
+        )))
+    };
+    if tile.t_u == 0 || tile.t_sub == 0 || tile.m_r == 0 {
+        return bad("every dimension must be positive".into());
+    }
+    if !widths(isa).contains(&tile.t_u) {
+        return bad(format!("t_u must be one of {:?}", widths(isa)));
+    }
+    if !tile.t_u.is_multiple_of(tile.t_sub) {
+        return bad("t_sub must divide t_u".into());
+    }
+    if tile.m_r > max_rows.max(1) {
+        return bad(format!("at most {} rows", max_rows.max(1)));
+    }
+    // GEMMs on matrix-multiply ISAs are 2x2 tiles: whole row pairs and
+    // column pairs of pairs (as the search makes them).
+    let gemm = spec.op != Op::Gemv;
+    if isa.mmla && gemm && (!tile.t_sub.is_multiple_of(2) || !tile.m_r.is_multiple_of(2)) {
+        return bad("2x2 matrix tiles need even t_sub and m_r".into());
+    }
+    let regs = registers(spec, isa, tile);
+    if regs > isa.registers {
+        return bad(format!(
+            "needs {regs} vector registers, {} has {}",
+            isa.name, isa.registers
+        ));
+    }
+    Ok(())
+}
+
+/// The GEMM tiles on `gemv`'s layout for `m` rows, in the order the model
+/// prefers them: `t_sub` column groups (a divisor of the layout's t_u) by
+/// `m_r` rows, fitting the registers with one to spare (at the exact limit
+/// LLVM spills accumulators); the first is the model's pick.
+pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candidate> {
     let isa = I8Isa::by_name(gemv.isa).expect("planned ISA");
     let spec = I8Spec {
         op: Op::Gemm { m },
         ..gemv.spec
     };
     let t_u = gemv.tile.t_u;
+    let mut all = Vec::new();
     let mut best = (
         0.0,
         I8Tile {
@@ -268,7 +427,9 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
             if registers(&spec, &isa, tile) >= isa.registers {
                 continue;
             }
-            let (_, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
+            let c = candidate(&spec, &isa, t, tile, (4096, 4096));
+            let gflops = c.gflops;
+            all.push(c);
             // On a tie (a throughput bound the tile does not change, such as
             // maddubs on AVX2) the bigger tile: fewer loads and unpacks per MAC.
             let tie = (gflops - best.0).abs() <= best.0 * 1e-4;
@@ -279,15 +440,69 @@ pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
             }
         }
     }
-    let tile = best.1;
+    if !all.iter().any(|c| c.tile == best.1) {
+        all.push(candidate(&spec, &isa, t, best.1, (4096, 4096)));
+    }
+    rank(&mut all, Some(best.1), |c| c.gflops);
+    all
+}
+
+/// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed
+/// matrix serves both; the micro tile (t_sub column groups x m_r rows) is
+/// the model's best that fits the registers with one to spare (at the exact
+/// limit LLVM spills accumulators).
+pub fn plan_gemm_sharing(gemv: &I8Plan, m: usize, t: &TargetDesc) -> I8Plan {
+    plan_gemm_with(gemv, m, t, None).expect("the model's GEMM tile is feasible")
+}
+
+/// [`plan_gemm_sharing`], or with `fixed`'s tile, which must be on the
+/// GEMV's layout (same t_u and blocks) and fit the registers.
+pub fn plan_gemm_with(
+    gemv: &I8Plan,
+    m: usize,
+    t: &TargetDesc,
+    fixed: Option<&I8Fixed>,
+) -> Result<I8Plan, PlanError> {
+    let isa = I8Isa::by_name(gemv.isa).expect("planned ISA");
+    let spec = I8Spec {
+        op: Op::Gemm { m },
+        ..gemv.spec
+    };
+    let candidates = rank_gemm_tiles(gemv, m, t);
+    let (tile, source) = match fixed {
+        None => (candidates[0].tile, TileSource::Model),
+        Some(f) => {
+            let layout = (gemv.tile.t_u, gemv.m_b, gemv.t_b);
+            if let Some((m_b, t_b)) = f.block {
+                if (f.tile.t_u, m_b, t_b) != layout {
+                    return Err(PlanError(format!(
+                        "GEMM tile measured on layout t_u={} m_b={m_b} t_b={t_b}; the GEMV kernel packs t_u={} m_b={} t_b={}",
+                        f.tile.t_u, layout.0, layout.1, layout.2
+                    )));
+                }
+            }
+            check_tile(&spec, &isa, f.tile, m.min(MAX_M_R))?;
+            if f.tile.t_u != gemv.tile.t_u || registers(&spec, &isa, f.tile) >= isa.registers {
+                return Err(PlanError(format!(
+                    "GEMM tile t_u={} t_sub={} m_r={} does not fit the GEMV layout (t_u={}) with a register to spare",
+                    f.tile.t_u, f.tile.t_sub, f.tile.m_r, gemv.tile.t_u
+                )));
+            }
+            (f.tile, f.source.clone())
+        }
+    };
     let (gbs, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
-    I8Plan {
+    Ok(I8Plan {
         spec,
         tile,
         registers: registers(&spec, &isa, tile),
         l1_bits: l1_bits(&spec, tile.m_r, gemv.m_b, gemv.t_b),
         gbs,
         gflops,
+        source,
+        shape: (4096, 4096),
+        candidates,
+        notes: Vec::new(),
         ..gemv.clone()
-    }
+    })
 }

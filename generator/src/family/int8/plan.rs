@@ -2,7 +2,7 @@
 
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
-use crate::family::plan::BlockOrder;
+use crate::family::plan::{BlockOrder, TileSource};
 use serde::Serialize;
 
 /// Tile of the int8 family: `t_u` column groups of `lanes` in the packed
@@ -13,6 +13,17 @@ pub struct I8Tile {
     pub t_u: usize,
     pub t_sub: usize,
     pub m_r: usize,
+}
+
+/// A tile the planner considered, with the model's figures for it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct I8Candidate {
+    pub tile: I8Tile,
+    /// Vector registers the tile keeps live.
+    pub registers: usize,
+    /// Predicted GB/s of weights and GFLOPS on one core.
+    pub gbs: f64,
+    pub gflops: f64,
 }
 
 /// A plan for one int8 kernel.
@@ -33,18 +44,29 @@ pub struct I8Plan {
     pub gbs: f64,
     pub gflops: f64,
     pub order: BlockOrder,
+    /// Where the tile (and blocks) came from.
+    pub source: TileSource,
+    /// Shape the plan was ranked for (kernels accept any shape).
+    pub shape: (usize, usize),
+    /// Every tile the planner could have used, best first by the model (the
+    /// model's pick first); for a GEMM, the tiles on the GEMV's layout.
+    pub candidates: Vec<I8Candidate>,
+    /// How tuning profiles were (not) applied, for headers and messages.
+    pub notes: Vec<String>,
 }
 
 impl I8Plan {
-    /// `q4_0_gemv_1x32__avx2`: format, op, rows x columns, ISA.
+    /// `q4_0_gemv_1x32__avx2`: format, op, micro tile as rows x columns
+    /// (`m_r` x `t_sub * lanes`), ISA (see [`crate::family::plan::kernel_name`];
+    /// no K unroll: the block loop consumes one 32-value block).
     pub fn kernel_name(&self) -> String {
-        format!(
-            "{}_{}_{}x{}__{}",
-            self.spec.format_tag(),
-            self.spec.op.name(),
+        crate::family::plan::kernel_name(
+            &self.spec.format_tag(),
+            self.spec.op,
             self.tile.m_r,
             self.tile.t_sub * self.lanes,
-            self.isa
+            1,
+            self.isa,
         )
     }
 

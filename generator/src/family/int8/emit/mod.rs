@@ -116,7 +116,10 @@ pub fn emit_file(
             "//   model:    {:.1} GB/s of weights, {:.1} GFLOPS on one core",
             p.gbs, p.gflops
         );
-        let _ = writeln!(h, "//   tile from: performance model (no tuning profile)");
+        let _ = writeln!(h, "//   tile from: {}", p.source.describe());
+        for note in &p.notes {
+            let _ = writeln!(h, "//   note:     {note}");
+        }
     }
     Ok(format!("{h}\n{}", prettyplease::unparse(&file)))
 }
