@@ -5,7 +5,7 @@
 mod common;
 
 use common::{check_i8 as check, I8_SHAPES as SHAPES, ROWS};
-use kgen::format::ggml::GgmlMatrix;
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
 use kgen_runtime::{Int8Matrix, Pool, Registry};
@@ -19,14 +19,19 @@ fn built(format: &str) -> bool {
     here
 }
 
+/// The GGML type of a format tag of the table.
+fn dtype(tag: &str) -> GgmlType {
+    GgmlType(kgen::format::by_tag(tag).expect("a format of the table"))
+}
+
 #[test]
 fn every_int8_kernel_matches_the_oracle() {
     let reg = Registry::builtin();
     let pool = Pool::new(1);
     let mut runs = 0;
     let mut per_isa = std::collections::BTreeMap::new();
-    for format in ["q4_0", "q8_0", "iq4_nl"] {
-        if format == "iq4_nl" && !built(format) {
+    for format in kgen::format::int8_formats().map(|f| f.tag) {
+        if !matches!(format, "q4_0" | "q8_0") && !built(format) {
             continue;
         }
         let isas: Vec<&str> = reg
@@ -36,8 +41,9 @@ fn every_int8_kernel_matches_the_oracle() {
             .collect();
         assert!(!isas.is_empty(), "{format}: no kernel");
         assert_eq!(*isas.last().unwrap(), "portable");
-        if format == "iq4_nl" {
-            // No sve256 codebook kernel: SVE CPUs fall back to i8mm / dotprod.
+        if matches!(format, "iq4_nl" | "q5_0") {
+            // No sve256 codebook or 5-bit kernels: SVE CPUs fall back to
+            // i8mm / dotprod.
             assert!(!isas.contains(&"sve256"), "{isas:?}");
         }
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
@@ -45,7 +51,7 @@ fn every_int8_kernel_matches_the_oracle() {
             let w = match format {
                 "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
                 "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
-                _ => GgmlMatrix::quantize_iq4_nl(&wf, k, n),
+                _ => GgmlMatrix::quantize(&wf, k, n, dtype(format)),
             };
             for isa in &isas {
                 let qm = Int8Matrix::from_ggml_isa(reg, &w, Some(isa)).unwrap();
@@ -138,11 +144,11 @@ fn bad_inputs_are_errors() {
     let reg = Registry::builtin();
     let (g, m) = reg.select_i8(4, None).unwrap();
     let e = Int8Matrix::from_ggml_kernels(&nl, g, m).unwrap_err();
-    assert!(e.to_string().contains("reads Q4_0"), "{e}");
+    assert!(e.to_string().contains("reads q4_0"), "{e}");
     let (g, m) = reg.select_i8_format("iq4_nl", None).unwrap();
     assert!(g.codebook() && !g.signed && g.format == "iq4_nl");
     let e = Int8Matrix::from_ggml_kernels(&w, g, m).unwrap_err();
-    assert!(e.to_string().contains("reads IQ4_NL"), "{e}");
+    assert!(e.to_string().contains("reads iq4_nl"), "{e}");
     assert!(reg.select_i8_format("iq4_xs", None).is_err());
 }
 

@@ -47,7 +47,7 @@
 //!   `h` with those of `h >> 1` (per byte) gives each pair's 8 bytes per
 //!   column with chunk `g`'s bits at `2g` and `4 + 2g`, then as for `G = 4`
 //!   with a shift of `2g`. Its column groups are half as wide as the nibble
-//!   chunks', so a micro kernel covers whole tiles (`t_sub = t_u`).
+//!   chunks', so the kernels read it through a pointer of its own.
 //!
 //! Levels stay unsigned (0..32, never signed nibbles) and the offset (16 for
 //! Q5_0) is removed once per block through the activation sums, on every ISA.
@@ -582,8 +582,8 @@ mod tests {
         let (k, n) = (96, 11);
         let w = GgmlMatrix::quantize(&Rng::new(14).vec_f32(k * n), k, n, GgmlType::Q5_0);
         for (lanes, t_u, gb) in [(4, 3, 4), (8, 2, 4), (2, 4, 8)] {
-            let l = I8Layout::new(GgmlType::Q5_0, lanes, t_u, 64, lanes * t_u, k, n)
-                .grouped(gb, true);
+            let l =
+                I8Layout::new(GgmlType::Q5_0, lanes, t_u, 64, lanes * t_u, k, n).grouped(gb, true);
             assert!(!l.signed && l.x_scale() == 1.0);
             assert_eq!((l.bits, l.block_bytes()), (5, 20));
             assert_eq!(l.name(), format!("Q5_0_{}_{gb}", lanes * t_u));
@@ -614,9 +614,8 @@ mod tests {
                         // word as the kernel sees it (G = 8: h, then h >> 1
                         // per byte).
                         let chunk = at + (g * t_u + t) * lanes * gb + lane * gb;
-                        let e: Vec<u8> = (0..gb)
-                            .map(|x| h.to_le_bytes()[x % 4] >> (x / 4))
-                            .collect();
+                        let e: Vec<u8> =
+                            (0..gb).map(|x| h.to_le_bytes()[x % 4] >> (x / 4)).collect();
                         for x in 0..gb {
                             let (wb, y) = (bytes[chunk + x], (e[x] >> ((gb / 4) * g)) & 0x11);
                             let lo = (wb & 0x0F) | ((y << 4) & 0x10);
