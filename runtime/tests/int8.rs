@@ -297,7 +297,11 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
         .collect();
     for isa in isas {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "q5_0_kgen_force_isa_selects_each_isa", "--nocapture"])
+            .args([
+                "--exact",
+                "q5_0_kgen_force_isa_selects_each_isa",
+                "--nocapture",
+            ])
             .env(kgen_runtime::FORCE_ISA_ENV, isa)
             .output()
             .unwrap();

@@ -6,7 +6,14 @@
 //! reference codec), one entry in [`FORMATS`], and the template primitives
 //! its unpack needs.
 
-use crate::format::ggml::{float, iq4_nl, q4_0, q5_0, q8_0};
+// One path per codec module: the module graph (tests/module_graph.rs) reads
+// `crate::format::ggml::{...}` as naming `format::ggml` itself, which
+// re-exports this table's items.
+use crate::format::ggml::float;
+use crate::format::ggml::iq4_nl;
+use crate::format::ggml::q4_0;
+use crate::format::ggml::q5_0;
+use crate::format::ggml::q8_0;
 use crate::format::row::{Format, GgmlType};
 
 /// Every format, in the order the CLI lists them.
