@@ -6,7 +6,8 @@
 # target's features. tests/named_target.rs (KGEN_EXPECT_TARGET) asserts that
 # every registry entry came from <target> or is the portable fallback, that
 # dispatch picks <target>'s kernels on that CPU, and counts the oracle runs of
-# <target>'s kernels at 2, 3 and 4 bits (f32 path) and Q4_0 / Q8_0 (int8 path),
+# <target>'s kernels at 2, 3 and 4 bits (f32 path) and Q4_0 / Q8_0 (int8 path;
+# IQ4_NL and Q5_0 kernels of the build are run and counted too),
 # failing on zero; tests/kernels.rs and tests/int8.rs run the full oracle suite
 # on the same build.
 #
@@ -27,7 +28,7 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 targets=${ARM_TARGETS-neoverse-n1 neoverse-v1 neoverse-v2 cortex-a76 apple-m1}
 # 2-, 3- and 4-bit weights: small and large groups, and 3-bit whole-column
 # groups (values straddle u32 words; K is ragged against every group).
-specs=${ARM_TARGET_SPECS:-2:32,3:128,3:col,4:32,4:128,q4_0,q8_0,iq4_nl}
+specs=${ARM_TARGET_SPECS:-2:32,3:128,3:col,4:32,4:128,q4_0,q8_0,iq4_nl,q5_0}
 fallback=generic-aarch64-portable
 qemu_cpus=$(qemu-aarch64 -cpu help || true) # exits 1 after listing
 for target in $targets; do

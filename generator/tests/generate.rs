@@ -194,7 +194,7 @@ fn cli_emits_the_int8_family() {
         ("neoverse-n1", "__dotprod"),
         ("generic-aarch64", "__portable"),
     ] {
-        for format in ["q4_0", "q8_0", "iq4_nl"] {
+        for format in ["q4_0", "q8_0", "iq4_nl", "q5_0"] {
             let out = kgen_bin()
                 .args(["--target", target, "--format", format])
                 .output()
@@ -217,32 +217,49 @@ fn cli_emits_the_int8_family() {
                 "{target} {format}"
             );
             assert_eq!(text.contains("CODEBOOK"), format == "iq4_nl");
+            // Only 5-bit kernels carry the fifth-bit unpack.
+            assert_eq!(
+                text.contains("fn hb_lo"),
+                format == "q5_0",
+                "{target} {format}"
+            );
+            assert_eq!(
+                text.contains("ops::hb_hi::<3>(") || text.contains("ops::hb_hi::<1>("),
+                format == "q5_0",
+                "{target} {format}"
+            );
         }
     }
-    // sve256 has no IQ4_NL kernels: its target falls back to dotprod, and
-    // asking for sve256 explicitly is a clear error.
-    let out = kgen_bin()
-        .args(["--target", "generic-aarch64-sve256", "--format", "iq4_nl"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("pub mod iq4_nl_gemv_") && text.contains("__dotprod"));
-    assert!(!text.contains("__sve256"));
-    let out = kgen_bin()
-        .args([
-            "--target",
-            "generic-aarch64-sve256",
-            "--format",
-            "iq4_nl",
-            "--isa",
-            "sve256",
-        ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("sve256 has no iq4_nl kernels"), "{err}");
+    // sve256 has no IQ4_NL kernels (no table lookup) nor 5-bit ones: its
+    // target falls back to dotprod, and asking for sve256 explicitly is a
+    // clear error.
+    for (format, missing) in [("iq4_nl", "table lookup"), ("q5_0", "5-bit unpack")] {
+        let out = kgen_bin()
+            .args(["--target", "generic-aarch64-sve256", "--format", format])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains(&format!("pub mod {format}_gemv_")) && text.contains("__dotprod"));
+        assert!(!text.contains("__sve256"));
+        let out = kgen_bin()
+            .args([
+                "--target",
+                "generic-aarch64-sve256",
+                "--format",
+                format,
+                "--isa",
+                "sve256",
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("sve256 has no {format} kernels")) && err.contains(missing),
+            "{err}"
+        );
+    }
     let out = kgen_bin()
         .args([
             "--target",

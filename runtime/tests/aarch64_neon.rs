@@ -62,7 +62,7 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
     let reg = kgen_runtime::Registry::builtin();
     let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
     let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
-    for format in ["q4_0", "q8_0", "iq4_nl"] {
+    for format in kgen::format::int8_formats().map(|f| f.tag) {
         let bits = if format == "q8_0" { 8 } else { 4 };
         if !common::i8_format_built(format) {
             continue;
@@ -79,16 +79,18 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
             _ => vec!["portable"],
         };
         // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm,
-        // except for IQ4_NL (no sve256 codebook kernels: it falls back).
-        if sve_vector_bits() == Some(256) && format != "iq4_nl" {
+        // except for IQ4_NL and Q5_0 (no sve256 codebook or 5-bit kernels:
+        // they fall back).
+        if sve_vector_bits() == Some(256) && !matches!(format, "iq4_nl" | "q5_0") {
             want.insert(usize::from(i8mm), "sve256");
         }
         assert_eq!(isas, want, "{format}");
         let wf = kgen::format::rng::Rng::new(1).vec_f32(64 * 8);
-        let w = if format == "iq4_nl" {
-            kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&wf, 64, 8)
-        } else {
+        let w = if matches!(format, "q4_0" | "q8_0") {
             kgen::format::symmetric::quantize_symmetric(&wf, 64, 8, bits, 32)
+        } else {
+            let dtype = kgen::format::ggml::GgmlType(kgen::format::by_tag(format).unwrap());
+            kgen::format::ggml::GgmlMatrix::quantize(&wf, 64, 8, dtype)
         };
         let m = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);

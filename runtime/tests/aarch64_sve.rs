@@ -80,35 +80,50 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
     }
 }
 
-/// IQ4_NL has no sve256 kernels (the asm emitter has no table lookup): at
-/// any vector length it runs on i8mm or dotprod, and forcing sve256 is an
-/// error, never a wrong kernel.
+/// IQ4_NL and Q5_0 have no sve256 kernels (the asm emitter has no table
+/// lookup and no 5-bit unpack): at any vector length they run on i8mm or
+/// dotprod, and forcing sve256 is an error, never a wrong kernel. The
+/// kernels they fall back to match the oracle here (at 256-bit SVE too).
 #[test]
-fn iq4_nl_falls_back_from_sve256() {
+fn iq4_nl_and_q5_0_fall_back_from_sve256() {
     if option_env!("KGEN_TARGETS").is_some() {
         return;
     }
     let reg = Registry::builtin();
-    if !common::i8_format_built("iq4_nl") {
-        return;
+    for format in ["iq4_nl", "q5_0"] {
+        if !common::i8_format_built(format) {
+            continue;
+        }
+        assert!(!reg
+            .all()
+            .iter()
+            .any(|e| e.format == format && e.isa == "sve256"));
+        let dtype = kgen::format::ggml::GgmlType(kgen::format::by_tag(format).unwrap());
+        let wf = Rng::new(3).vec_f32(96 * 40);
+        let w = kgen::format::ggml::GgmlMatrix::quantize(&wf, 96, 40, dtype);
+        let e = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(&format!("no sve256 {format} kernel")),
+            "{e}"
+        );
+        let best = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
+        let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
+        let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
+        let want = match (i8mm, dotprod) {
+            (true, _) => "i8mm",
+            (false, true) => "dotprod",
+            _ => "portable",
+        };
+        assert_eq!(best.gemv_kernel().isa, want, "{format}");
+        assert_eq!(best.gemm_kernel().isa, want, "{format}");
+        for m in [1usize, 2, 5, 9] {
+            let x = Rng::new(m as u64).vec_f32(m * 96);
+            let mut y = vec![f32::NAN; m * 40];
+            best.gemm(&x, m, &mut y).unwrap();
+            common::check_i8(&w, &x, 96, m, &y, &format!("{format} {want} rows {m}"));
+        }
     }
-    assert!(!reg
-        .all()
-        .iter()
-        .any(|e| e.format == "iq4_nl" && e.isa == "sve256"));
-    let w = kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&Rng::new(3).vec_f32(96 * 40), 96, 40);
-    let e = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w).unwrap_err();
-    assert!(e.to_string().contains("no sve256 iq4_nl kernel"), "{e}");
-    let best = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
-    let dotprod = std::arch::is_aarch64_feature_detected!("dotprod");
-    let i8mm = dotprod && std::arch::is_aarch64_feature_detected!("i8mm");
-    let want = match (i8mm, dotprod) {
-        (true, _) => "i8mm",
-        (false, true) => "dotprod",
-        _ => "portable",
-    };
-    assert_eq!(best.gemv_kernel().isa, want);
-    assert_eq!(best.gemm_kernel().isa, want);
 }
 
 /// sve256 and dotprod compute the same integer block sums and fold them

@@ -819,7 +819,8 @@ fn crafted_files() {
     GgufFile::from_bytes(bytes, Path::new("x.gguf")).unwrap();
 }
 
-/// End to end: Q4_0 / Q8_0 tensors written by gguf-py, loaded and repacked by
+/// End to end: Q4_0 / Q5_0 / Q8_0 tensors written by gguf-py (and raw
+/// IQ4_NL ones), loaded and repacked by
 /// `Matrix::from_gguf`, multiplied by the int8 kernels, against numpy's
 /// float32 `x @ deq.T` of gguf-py's dequantized weights. The kernels quantize
 /// x per 32-block (Q8_0 arithmetic), so the stated tolerance is that
@@ -831,7 +832,8 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
     for e in manifest().into_iter().filter(|e| {
         e.matmul
             && ((e.dtype == GgmlType::Q4_0 || e.dtype == GgmlType::Q8_0)
-                || (e.dtype == GgmlType::IQ4_NL && common::i8_format_built("iq4_nl")))
+                || (e.dtype == GgmlType::IQ4_NL && common::i8_format_built("iq4_nl"))
+                || (e.dtype == GgmlType::Q5_0 && common::i8_format_built("q5_0")))
     }) {
         let qm = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name).unwrap();
         let deq = read_f32(&e.data("deq"));
@@ -866,6 +868,52 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
         }
     }
     assert!(checked > 20, "only {checked} outputs checked");
+}
+
+/// Q5_0 end to end on every int8 ISA this CPU runs: gguf-py's quantized
+/// tensors (random rows, the edge rows, K up to 256, N up to 40), read from
+/// its GGUF files, dequantized bit for bit as gguf-py (asserted above),
+/// repacked and multiplied by the GEMV and GEMM kernels for 1..=9 rows,
+/// against the exact oracle on the same quantized activations; and the
+/// default `Matrix::from_gguf` path picks the best ISA here.
+#[test]
+fn q5_0_gguf_py_tensors_on_every_isa_match_the_oracle() {
+    if !common::i8_format_built("q5_0") {
+        return;
+    }
+    let files = files();
+    let reg = kgen_runtime::Registry::builtin();
+    let isas: Vec<&str> = reg
+        .runnable(
+            kgen_runtime::WeightFormat::Ggml(GgmlType::Q5_0),
+            kgen_runtime::Op::Gemv,
+        )
+        .iter()
+        .map(|e| e.isa)
+        .collect();
+    let mut checked = 0;
+    for e in manifest()
+        .into_iter()
+        .filter(|e| e.dtype == GgmlType::Q5_0 && !e.name.starts_with("special."))
+    {
+        let m = files[&e.file].matrix(&e.name).unwrap();
+        assert_bits_eq(&e.name, &m.dequantize(), &e.w("deq"), e.n);
+        let best = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name).unwrap();
+        assert_eq!(best.gemv_kernel().isa, isas[0]);
+        for isa in &isas {
+            let qm = kgen_runtime::Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &m).unwrap();
+            assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (*isa, *isa));
+            for rows in 1..=9 {
+                let x = kgen::format::rng::Rng::new(rows as u64).vec_f32(rows * e.k);
+                let mut y = vec![f32::NAN; rows * e.n];
+                qm.gemm(&x, rows, &mut y).unwrap();
+                let what = format!("{} {} rows {rows}", e.name, qm.gemm_kernel().name);
+                common::check_i8(&m, &x, e.k, rows, &y, &what);
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 9 * 10 * isas.len(), "only {checked} runs");
 }
 
 /// kgen's IQ4_NL quantizer on gguf-py's test weights (random rows with

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{check_i8 as check, I8_SHAPES as SHAPES, ROWS};
-use kgen::format::ggml::GgmlMatrix;
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
 use kgen_runtime::{Family, Matrix, Op, Pool, Registry, WeightFormat};
@@ -19,14 +19,19 @@ fn built(format: &str) -> bool {
     here
 }
 
+/// The GGML type of a format tag of the table.
+fn dtype(tag: &str) -> GgmlType {
+    GgmlType(kgen::format::by_tag(tag).expect("a format of the table"))
+}
+
 #[test]
 fn every_int8_kernel_matches_the_oracle() {
     let reg = Registry::builtin();
     let pool = Pool::new(1);
     let mut runs = 0;
     let mut per_isa = std::collections::BTreeMap::new();
-    for format in ["q4_0", "q8_0", "iq4_nl"] {
-        if format == "iq4_nl" && !built(format) {
+    for format in kgen::format::int8_formats().map(|f| f.tag) {
+        if !matches!(format, "q4_0" | "q8_0") && !built(format) {
             continue;
         }
         let wformat: WeightFormat = format.parse().unwrap();
@@ -37,8 +42,9 @@ fn every_int8_kernel_matches_the_oracle() {
             .collect();
         assert!(!isas.is_empty(), "{format}: no kernel");
         assert_eq!(*isas.last().unwrap(), "portable");
-        if format == "iq4_nl" {
-            // No sve256 codebook kernel: SVE CPUs fall back to i8mm / dotprod.
+        if matches!(format, "iq4_nl" | "q5_0") {
+            // No sve256 codebook or 5-bit kernels: SVE CPUs fall back to
+            // i8mm / dotprod.
             assert!(!isas.contains(&"sve256"), "{isas:?}");
         }
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
@@ -46,7 +52,7 @@ fn every_int8_kernel_matches_the_oracle() {
             let w = match format {
                 "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
                 "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
-                _ => GgmlMatrix::quantize_iq4_nl(&wf, k, n),
+                _ => GgmlMatrix::quantize(&wf, k, n, dtype(format)),
             };
             for isa in &isas {
                 let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
@@ -190,5 +196,144 @@ fn iq4_nl_is_close_to_the_dequantized_product() {
                 y[r * n + j]
             );
         }
+    }
+}
+
+/// Raw Q5_0 blocks: uniformly random nibbles and fifth bits (every level
+/// 0..32 in every position), f16 scales of both signs over several orders
+/// of magnitude, and one column of each extreme level (0 and 31).
+fn random_q5_0(k: usize, n: usize, seed: u64) -> GgmlMatrix {
+    let mut rng = Rng::new(seed);
+    let mut data: Vec<u8> = (0..n * (k / 32) * 22)
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    for (b, blk) in data.chunks_exact_mut(22).enumerate() {
+        let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][b % 4];
+        blk[..2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        match b / (k / 32) {
+            0 => blk[2..].fill(0),    // level 0 everywhere
+            1 => blk[2..].fill(0xFF), // level 31 everywhere
+            _ => {}
+        }
+    }
+    let m = GgmlMatrix {
+        k,
+        n,
+        dtype: GgmlType::Q5_0,
+        data,
+    };
+    m.validate().unwrap();
+    m
+}
+
+/// Q5_0 on every int8 ISA this CPU runs, over K (one block to many, several
+/// K blocks of the plan), N (1..=9 and ragged against every tile width),
+/// rows 1..=9 and larger (every micro kernel height and the GEMM's row
+/// groups), on raw blocks with every level and on gguf-py-style quantized
+/// weights, one and three threads.
+#[test]
+fn q5_0_every_isa_over_k_n_and_rows() {
+    if !built("q5_0") {
+        return;
+    }
+    let reg = Registry::builtin();
+    let isas: Vec<&str> = reg
+        .runnable(WeightFormat::Ggml(GgmlType::Q5_0), Op::Gemv)
+        .iter()
+        .map(|e| e.isa)
+        .collect();
+    let (p1, p3) = (Pool::new(1), Pool::new(3));
+    let rows: Vec<usize> = (1..=9).chain([12, 16, 17]).collect();
+    let mut runs = std::collections::BTreeMap::new();
+    for (ki, &k) in [32usize, 64, 96, 224, 1056].iter().enumerate() {
+        for (ni, &n) in [1usize, 2, 3, 5, 7, 8, 9, 15, 16, 17, 33, 64, 65, 130]
+            .iter()
+            .enumerate()
+        {
+            let seed = (ki * 100 + ni) as u64;
+            let w = if ni % 2 == 0 {
+                random_q5_0(k, n, seed)
+            } else {
+                let wf = Rng::new(seed).vec_f32(k * n);
+                GgmlMatrix::quantize(&wf, k, n, GgmlType::Q5_0)
+            };
+            for isa in &isas {
+                let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
+                assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (*isa, *isa));
+                assert_eq!(qm.gemv_kernel().format, "q5_0");
+                assert!(!qm.gemv_kernel().int8().unwrap().signed && qm.gemv_kernel().bits == 5);
+                for &m in rows.iter().filter(|&&m| k * n < 20_000 || m % 4 == 1) {
+                    let x = Rng::new(seed * 31 + m as u64).vec_f32(m * k);
+                    let mut y = vec![f32::NAN; m * n];
+                    let pool = if m % 2 == 0 { &p3 } else { &p1 };
+                    qm.gemm_on(pool, &x, m, &mut y).unwrap();
+                    let what = format!(
+                        "{} / {} {k}x{n} rows {m}",
+                        qm.gemv_kernel().name,
+                        qm.gemm_kernel().name
+                    );
+                    check(&w, &x, k, m, &y, &what);
+                    *runs.entry(*isa).or_insert(0) += 1;
+                }
+            }
+        }
+    }
+    eprintln!("q5_0 oracle runs per ISA: {runs:?}");
+    assert_eq!(runs.len(), isas.len());
+}
+
+/// `KGEN_FORCE_ISA` picks each Q5_0 kernel this CPU runs: this test runs
+/// itself once per ISA in a child process with the variable set, where
+/// `Matrix::from_ggml` must select that ISA and match the oracle.
+#[test]
+fn q5_0_kgen_force_isa_selects_each_isa() {
+    if !built("q5_0") {
+        return;
+    }
+    if let Ok(isa) = std::env::var(kgen_runtime::FORCE_ISA_ENV) {
+        // The child: the forced kernel runs.
+        let w = random_q5_0(320, 70, 5);
+        let qm = Matrix::from_ggml(&w).unwrap();
+        assert_eq!(qm.gemv_kernel().isa, isa);
+        assert_eq!(qm.gemm_kernel().isa, isa);
+        for m in [1, 4, 9] {
+            let x = Rng::new(m as u64).vec_f32(m * 320);
+            let mut y = vec![f32::NAN; m * 70];
+            qm.gemm(&x, m, &mut y).unwrap();
+            check(&w, &x, 320, m, &y, &format!("{isa} rows {m}"));
+        }
+        println!("forced {isa}: ok");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    // Under qemu-user without binfmt_misc the binary cannot run itself.
+    let probe = std::process::Command::new(&exe)
+        .args(["--list", "--exact", "q5_0_kgen_force_isa_selects_each_isa"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
+        eprintln!("this test binary cannot run itself here (emulated?): skipped");
+        return;
+    }
+    let isas: Vec<&str> = Registry::builtin()
+        .runnable(WeightFormat::Ggml(GgmlType::Q5_0), Op::Gemv)
+        .iter()
+        .map(|e| e.isa)
+        .collect();
+    for isa in isas {
+        let out = std::process::Command::new(&exe)
+            .args([
+                "--exact",
+                "q5_0_kgen_force_isa_selects_each_isa",
+                "--nocapture",
+            ])
+            .env(kgen_runtime::FORCE_ISA_ENV, isa)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(&format!("forced {isa}: ok")),
+            "KGEN_FORCE_ISA={isa}:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

@@ -10,7 +10,8 @@
 //!   CPU (so the CPU, e.g. the qemu model, has the features they need);
 //! - each of `<name>`'s kernels is run against the oracle over ragged shapes,
 //!   row counts and both block orders, and the runs are counted per format:
-//!   a format with none fails.
+//!   a format with none fails (every int8 format of the build, IQ4_NL and
+//!   Q5_0 included, counts).
 //!
 //! Run by `scripts/test-arm-targets.sh` under qemu-user; without the variable
 //! the tests only say they were skipped.
@@ -195,10 +196,12 @@ fn named_target_kernels_match_the_oracle() {
         entry.1.extend([gemv.name, gemm.name]);
         for (si, &(k, n)) in I8_SHAPES.iter().enumerate() {
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
-            let w = if gemv.format == "iq4_nl" {
-                kgen::format::ggml::GgmlMatrix::quantize_iq4_nl(&wf, k, n)
-            } else {
+            let w = if matches!(gemv.format, "q4_0" | "q8_0") {
                 quantize_symmetric(&wf, k, n, gemv.bits, 32)
+            } else {
+                let dtype =
+                    kgen::format::ggml::GgmlType(kgen::format::by_tag(gemv.format).unwrap());
+                kgen::format::ggml::GgmlMatrix::quantize(&wf, k, n, dtype)
             };
             let qm = Matrix::from_ggml_kernels(&w, *gemv, gemm).unwrap();
             for &m in ROWS {
@@ -218,6 +221,16 @@ fn named_target_kernels_match_the_oracle() {
             I8_BITS
                 .iter()
                 .map(|b| (format!("q{b}_0"), format!("q{b}_0"))),
+        )
+        // And every other int8 format the build holds (IQ4_NL, Q5_0, ...).
+        .chain(
+            reg.all()
+                .iter()
+                .filter(|e| e.int8().is_some())
+                .map(|e| e.format)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|f| (f.to_string(), f.to_string())),
         );
     for (prefix, what) in required {
         let n: usize = runs

@@ -137,3 +137,35 @@ pub unsafe fn lut(idx: I) -> I {
     let t = _mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i);
     _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), idx)
 }
+
+// 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A
+// weight chunk `w` holds the low 4 bits of 4 values per column as the 4-bit
+// layout does; `h` (the column group's plane) holds their fifth bits: byte
+// `j` bit `G` for chunk `G`'s low nibble, bit `4 + G` for its high one (see
+// `kgen::layout::int8`). `y = (h >> G) & 0x11` isolates chunk `G`'s two
+// bits (the 32-bit shift moves bits across bytes only outside the mask);
+// one vpternlogd then takes the nibble from `w` and bit 4 from `y`.
+
+/// Unsigned 5-bit levels (0..32) of chunk `G`'s low nibbles: bits 0..4 of
+/// `w`, bits 4..8 of `y << 4` (the fifth bit, zeros).
+#[inline(always)]
+pub unsafe fn hb_lo<const G: u32>(w: I, h: I) -> I {
+    let y = _mm512_and_si512(_mm512_srli_epi32::<G>(h), _mm512_set1_epi8(0x11));
+    // 0xE4: c ? a : b, bit by bit.
+    _mm512_ternarylogic_epi32::<0xE4>(w, _mm512_slli_epi32::<4>(y), _mm512_set1_epi8(0x0F))
+}
+
+/// Unsigned 5-bit levels of chunk `G`'s high nibbles: bits 0..4 of
+/// `w >> 4`, bits 4..8 of `y` (the `y` is shared with [`hb_lo`]).
+#[inline(always)]
+pub unsafe fn hb_hi<const G: u32>(w: I, h: I) -> I {
+    let y = _mm512_and_si512(_mm512_srli_epi32::<G>(h), _mm512_set1_epi8(0x11));
+    _mm512_ternarylogic_epi32::<0xE4>(_mm512_srli_epi32::<4>(w), y, _mm512_set1_epi8(0x0F))
+}
+
+/// acc + per-lane sums of 4 products of unsigned `a` and signed `x` and of
+/// `b` and `y` (two vpdpbusd).
+#[inline(always)]
+pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
+    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, a, x), b, y)
+}

@@ -139,3 +139,39 @@ pub unsafe fn lut(idx: I) -> I {
     let t = _mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i);
     _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx)
 }
+
+// 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A
+// weight chunk `w` holds the low 4 bits of 8 values per column as the 4-bit
+// layout does; `h` (the column group's plane) holds their fifth bits: byte
+// `j` bit `G` for chunk `G`'s low nibble, bit `4 + G` for its high one (see
+// `kgen::layout::int8`). The 32-bit shifts move bits across bytes only
+// outside the masks.
+
+/// Unsigned 5-bit levels (0..32) of chunk `G`'s low nibbles:
+/// `(w & 0x0F) | ((h >> G) << 4 & 0x10)`.
+#[inline(always)]
+pub unsafe fn hb_lo<const G: i32>(w: I, h: I) -> I {
+    let y = _mm256_srli_epi32::<G>(h);
+    _mm256_or_si256(
+        _mm256_and_si256(w, _mm256_set1_epi8(0x0F)),
+        _mm256_and_si256(_mm256_slli_epi32::<4>(y), _mm256_set1_epi8(0x10)),
+    )
+}
+
+/// Unsigned 5-bit levels of chunk `G`'s high nibbles:
+/// `(w >> 4 & 0x0F) | (h >> G & 0x10)` (the `h >> G` is shared with [`hb_lo`]).
+#[inline(always)]
+pub unsafe fn hb_hi<const G: i32>(w: I, h: I) -> I {
+    let y = _mm256_srli_epi32::<G>(h);
+    _mm256_or_si256(
+        _mm256_and_si256(_mm256_srli_epi32::<4>(w), _mm256_set1_epi8(0x0F)),
+        _mm256_and_si256(y, _mm256_set1_epi8(0x10)),
+    )
+}
+
+/// acc + per-lane sums of 4 products of unsigned `a` and signed `x` and of
+/// `b` and `y` (two vpdpbusd).
+#[inline(always)]
+pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
+    _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, a, x), b, y)
+}

@@ -159,3 +159,49 @@ pub unsafe fn lut(idx: I) -> I {
     let t = vld1q_s8(CODEBOOK.as_ptr());
     vreinterpretq_s32_s8(vqtbl1q_s8(t, vreinterpretq_u8_s32(idx)))
 }
+
+// 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A
+// weight chunk `w` holds the low 4 bits of 4 values per column as the 4-bit
+// layout does, but as unsigned nibbles (never signed: the 5-bit levels are
+// 0..32 and the offset is removed per block with the activation sums); `h`
+// (the column group's plane) holds their fifth bits: byte `j` bit `G` for
+// chunk `G`'s low nibble, bit `4 + G` for its high one (see
+// `kgen::layout::int8`). `y = (h >> G) & 0x11` isolates them; one sli / sri
+// inserts them next to the nibble: 4 ops per chunk.
+
+/// Unsigned 5-bit levels (0..32) of chunk `G`'s low nibbles: `y << 4`
+/// inserted above the low nibble of `w` (sli).
+#[inline(always)]
+pub unsafe fn hb_lo<const G: i32>(w: I, h: I) -> I {
+    let h = vreinterpretq_u8_s32(h);
+    let s = match G {
+        1 => vshrq_n_u8::<1>(h),
+        2 => vshrq_n_u8::<2>(h),
+        3 => vshrq_n_u8::<3>(h),
+        _ => h,
+    };
+    let y = vandq_u8(s, vdupq_n_u8(0x11));
+    vreinterpretq_s32_u8(vsliq_n_u8::<4>(vreinterpretq_u8_s32(w), y))
+}
+
+/// Unsigned 5-bit levels of chunk `G`'s high nibbles: `w >> 4` inserted
+/// below bit 4 of `y` (sri).
+#[inline(always)]
+pub unsafe fn hb_hi<const G: i32>(w: I, h: I) -> I {
+    let h = vreinterpretq_u8_s32(h);
+    let s = match G {
+        1 => vshrq_n_u8::<1>(h),
+        2 => vshrq_n_u8::<2>(h),
+        3 => vshrq_n_u8::<3>(h),
+        _ => h,
+    };
+    let y = vandq_u8(s, vdupq_n_u8(0x11));
+    vreinterpretq_s32_u8(vsriq_n_u8::<4>(y, vreinterpretq_u8_s32(w)))
+}
+
+/// acc + per-lane sums of 4 products of `a` and `x` and of `b` and `y`
+/// (two sdot: the unsigned 5-bit levels are non-negative int8).
+#[inline(always)]
+pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
+    sdot(sdot(acc, a, x), b, y)
+}

@@ -190,3 +190,57 @@ pub unsafe fn lut(idx: I) -> I {
     let t = vld1q_s8(CODEBOOK.as_ptr());
     vreinterpretq_s32_s8(vqtbl1q_s8(t, vreinterpretq_u8_s32(idx)))
 }
+
+// 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. The
+// nibble chunks are the 4-bit pair layout's with unsigned nibbles; after
+// them each column has a 4-byte word of fifth bits (see
+// `kgen::layout::int8`), one 16-byte load per two column pairs. Byte `k`
+// bit `2g + s` is the fifth bit of chunk `g`'s low nibble at byte `k + 4s`
+// of the column's 8, bit `4 + 2g + s` that of its high nibble. The levels
+// stay unsigned (0..32, non-negative int8 for sdot / smmla); `sub_bias`
+// removes the offset per block.
+
+/// The fifth bits of column pair `P` (0 or 1) of a 16-byte plane load, as
+/// 8 bytes per column: the column's word, then the word shifted right by
+/// one per byte (a zip of `h` with `h >> 1`), so chunk `g`'s bits are at
+/// `2g` and `4 + 2g` of the byte matching its nibbles.
+#[inline(always)]
+pub unsafe fn hb_pair<const P: i32>(h: I) -> I {
+    let a = vreinterpretq_u32_s32(h);
+    let b = vreinterpretq_u32_u8(vshrq_n_u8::<1>(vreinterpretq_u8_s32(h)));
+    vreinterpretq_s32_u32(if P == 0 { vzip1q_u32(a, b) } else { vzip2q_u32(a, b) })
+}
+
+/// Unsigned 5-bit levels (0..32) of chunk `G`'s low nibbles of a column
+/// pair, from `e` = its [`hb_pair`]: `y = (e >> 2G) & 0x11` inserted above
+/// the low nibble of `w` (sli).
+#[inline(always)]
+pub unsafe fn hb_lo<const G: i32>(w: I, e: I) -> I {
+    let e = vreinterpretq_u8_s32(e);
+    let s = match G {
+        1 => vshrq_n_u8::<2>(e),
+        _ => e,
+    };
+    let y = vandq_u8(s, vdupq_n_u8(0x11));
+    vreinterpretq_s32_u8(vsliq_n_u8::<4>(vreinterpretq_u8_s32(w), y))
+}
+
+/// Unsigned 5-bit levels of chunk `G`'s high nibbles: `w >> 4` inserted
+/// below bit 4 of `y` (sri).
+#[inline(always)]
+pub unsafe fn hb_hi<const G: i32>(w: I, e: I) -> I {
+    let e = vreinterpretq_u8_s32(e);
+    let s = match G {
+        1 => vshrq_n_u8::<2>(e),
+        _ => e,
+    };
+    let y = vandq_u8(s, vdupq_n_u8(0x11));
+    vreinterpretq_s32_u8(vsriq_n_u8::<4>(y, vreinterpretq_u8_s32(w)))
+}
+
+/// `acc` minus the offset corrections of two activation rows for a 2x2
+/// tile, `[c0, c0, c1, c1]` (a GEMV passes its row twice).
+#[inline(always)]
+pub unsafe fn sub_bias(acc: I, c0: *const i32, c1: *const i32) -> I {
+    vsubq_s32(acc, vcombine_s32(vdup_n_s32(*c0), vdup_n_s32(*c1)))
+}

@@ -183,3 +183,37 @@ pub unsafe fn idx_hi(w: I) -> I {
 pub unsafe fn lut(idx: I) -> I {
     idx.map(|v| u32::from_le_bytes(v.to_le_bytes().map(|b| CODEBOOK[(b & 15) as usize] as u8)))
 }
+
+// 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A
+// weight chunk `w` holds the low 4 bits of 4 values per column as the 4-bit
+// layout does; `h` (the column group's plane) holds their fifth bits: byte
+// `j` bit `G` for chunk `G`'s low nibble, bit `4 + G` for its high one (see
+// `kgen::layout::int8`). Word shifts move bits across bytes only outside
+// the masks.
+
+/// Unsigned 5-bit levels (0..32) of chunk `G`'s low nibbles.
+#[inline(always)]
+pub unsafe fn hb_lo<const G: i32>(w: I, h: I) -> I {
+    let mut r = w;
+    for i in 0..8 {
+        r[i] = (w[i] & 0x0F0F_0F0F) | (((h[i] >> G) << 4) & 0x1010_1010);
+    }
+    r
+}
+
+/// Unsigned 5-bit levels of chunk `G`'s high nibbles.
+#[inline(always)]
+pub unsafe fn hb_hi<const G: i32>(w: I, h: I) -> I {
+    let mut r = w;
+    for i in 0..8 {
+        r[i] = ((w[i] >> 4) & 0x0F0F_0F0F) | ((h[i] >> G) & 0x1010_1010);
+    }
+    r
+}
+
+/// acc + per-lane sums of 4 products of unsigned `a` and signed `x` and of
+/// `b` and `y`.
+#[inline(always)]
+pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
+    dot_u(dot_u(acc, a, x), b, y)
+}

@@ -6,7 +6,14 @@
 //! reference codec), one entry in [`FORMATS`], and the template primitives
 //! its unpack needs.
 
-use crate::format::ggml::{float, iq4_nl, q4_0, q8_0};
+// One path per codec module: the module graph (tests/module_graph.rs) reads
+// `crate::format::ggml::{...}` as naming `format::ggml` itself, which
+// re-exports this table's items.
+use crate::format::ggml::float;
+use crate::format::ggml::iq4_nl;
+use crate::format::ggml::q4_0;
+use crate::format::ggml::q5_0;
+use crate::format::ggml::q8_0;
 use crate::format::row::{Format, GgmlType};
 
 /// Every format, in the order the CLI lists them.
@@ -14,6 +21,7 @@ pub const FORMATS: &[&Format] = &[
     &float::F32,
     &float::F16,
     &q4_0::Q4_0,
+    &q5_0::Q5_0,
     &q8_0::Q8_0,
     &iq4_nl::IQ4_NL,
 ];
@@ -22,6 +30,7 @@ impl GgmlType {
     pub const F32: GgmlType = GgmlType(&float::F32);
     pub const F16: GgmlType = GgmlType(&float::F16);
     pub const Q4_0: GgmlType = GgmlType(&q4_0::Q4_0);
+    pub const Q5_0: GgmlType = GgmlType(&q5_0::Q5_0);
     pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
     pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
 

@@ -26,6 +26,32 @@
 //! (`level ^ 8`): the kernel gets `16 q` from one shift (low) or one mask
 //! (high), and the factor 16 is folded into the activation scale.
 //!
+//! **5-bit** layouts (`layout_bits` 5: GGUF Q5_0; any format whose levels
+//! are 0..32 with an offset) hold the low 4 bits of each level exactly as
+//! the 4-bit layout holds a nibble (unsigned, in its chunks for the group
+//! size), followed by a plane of fifth bits, one 4-byte word per column in
+//! column order (`t`, then lane), so `block_bytes` is 20. For `G = 4` the
+//! plane is simply chunk 4. In a column's word:
+//! - `G = 4`: byte `j` bit `g` is the fifth bit of the value in chunk `g`'s
+//!   low nibble at byte `j` (value `8g + j`), bit `4 + g` that of its high
+//!   nibble (`8g + 4 + j`). The kernels isolate chunk `g`'s two bits with one
+//!   shift and one mask, `y = (h >> g) & 0x11` (32-bit shifts: bits that
+//!   cross into the byte below are masked off), then insert them:
+//!   `lo = (w & 0x0F) | (y << 4 & 0x10)`, `hi = (w >> 4 & 0x0F) | (y & 0x10)`.
+//!   NEON does each insert in one `sli` / `sri` (4 ops per chunk), AVX-512
+//!   in one `vpternlogd` bit select (6 ops), AVX2 in and + or (9 ops).
+//! - `G = 8` (pairs): byte `k` bit `2g + s` is the fifth bit of chunk `g`'s
+//!   low nibble at byte `k + 4s` of the column's 8 (value `16g + k + 4s`),
+//!   bit `4 + 2g + s` that of its high nibble (`16g + 8 + k + 4s`). The
+//!   plane of two column pairs is one 16-byte load `h`; zipping the words of
+//!   `h` with those of `h >> 1` (per byte) gives each pair's 8 bytes per
+//!   column with chunk `g`'s bits at `2g` and `4 + 2g`, then as for `G = 4`
+//!   with a shift of `2g`. Its column groups are half as wide as the nibble
+//!   chunks', so the kernels read it through a pointer of its own.
+//!
+//! Levels stay unsigned (0..32, never signed nibbles) and the offset (16 for
+//! Q5_0) is removed once per block through the activation sums, on every ISA.
+//!
 //! `codebook` layouts (GGUF IQ4_NL) repack exactly as Q4_0 with unsigned
 //! nibbles, but the nibbles are indices into the 16-entry int8 codebook
 //! [`IQ4_NL_VALUES`]: the kernel unpacks them (mask, shift + mask), looks
@@ -194,7 +220,7 @@ impl I8Layout {
         (cols_before * self.block_bytes(), cols_before, nb)
     }
 
-    /// Repacks GGUF Q4_0 / Q8_0 / IQ4_NL blocks (`src.k == self.k`,
+    /// Repacks blocks of the format's GGUF type (`src.k == self.k`,
     /// `src.n == self.n`, `src.dtype == self.source_type()`).
     ///
     /// Each source block turns into `bits` 4-byte lane words; the loop walks
@@ -255,16 +281,21 @@ impl I8Layout {
         // Everything is whole u32 words: lane groups are GW = 1 or 2 words.
         debug_assert_eq!(GW * 4, self.group_bytes);
         let tile_words = tw * bb / 4;
-        let chunks = bb / self.group_bytes;
+        // 5-bit: the nibble chunks, then the plane of fifth bits (one word
+        // per column, after the chunks' 4 tw words).
+        let plane = self.bits == 5;
+        let chunks = (bb - if plane { 4 } else { 0 }) / self.group_bytes;
         let src_blocks = src.k / QK;
         let block_bytes = src.dtype.block_bytes();
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
-        // A zero level: nibble 8 unsigned, 0 signed; 0 as i8.
-        let zero_word = if self.bits == 4 {
-            0x8888_8888 ^ flip
-        } else {
-            0
-        };
+        // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
+        // (nibble 0, fifth bit 1).
+        let mut zero = [0u32; QK / 4];
+        match self.bits {
+            4 => zero[..4].fill(0x8888_8888 ^ flip),
+            5 => zero[4] = u32::MAX,
+            _ => {}
+        }
         for panel in panels {
             for kb in 0..self.k_blocks() {
                 for tile in 0..self.panel_width(panel) / tw {
@@ -281,18 +312,26 @@ impl I8Layout {
                             for lane in 0..l {
                                 let col = t * l + lane;
                                 let j = c0 + col;
-                                let mut col_words = [zero_word; QK / 4];
+                                let mut col_words = zero;
                                 if j < self.n && blk < src_blocks {
                                     let block = &src.data[(j * src_blocks + blk) * block_bytes..]
                                         [..block_bytes];
                                     sc[soff + b * tw + col] =
                                         u16::from_le_bytes([block[0], block[1]]);
-                                    block_chunks(
-                                        self.bits,
-                                        self.group_bytes,
-                                        &block[2..],
-                                        &mut col_words,
-                                    );
+                                    if plane {
+                                        five_bit_chunks(
+                                            self.group_bytes,
+                                            &block_levels(src.dtype, block),
+                                            &mut col_words,
+                                        );
+                                    } else {
+                                        block_chunks(
+                                            self.bits,
+                                            self.group_bytes,
+                                            &block[2..],
+                                            &mut col_words,
+                                        );
+                                    }
                                     for v in &mut col_words[..4] {
                                         *v ^= flip;
                                     }
@@ -301,6 +340,9 @@ impl I8Layout {
                                     let dst = at + ((g * t_u + t) * l + lane) * GW;
                                     words[dst..dst + GW]
                                         .copy_from_slice(&col_words[g * GW..(g + 1) * GW]);
+                                }
+                                if plane {
+                                    words[at + tw * 4 + col] = col_words[4];
                                 }
                             }
                         }
@@ -337,6 +379,28 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
     } else {
         [lo(a, c), lo(b, d), hi(a, c), hi(b, d)]
     });
+}
+
+/// One column's block of 5-bit `levels` (0..32) for lane groups of `gb`
+/// bytes: the low 4 bits in the 4-bit layout's chunks (`out[..4]`), the
+/// fifth bits as the module documentation says (`out[4]`).
+fn five_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
+    // The nibbles in Q4_0's byte order, then the 4-bit chunks.
+    let nibbles: [u8; QK / 2] =
+        std::array::from_fn(|i| (levels[i] & 0x0F) | (levels[i + QK / 2] << 4));
+    block_chunks(4, gb, &nibbles, out);
+    // Chunk g byte j (of gb) holds values 2 gb g + j (low nibble) and
+    // 2 gb g + gb + j (high): their fifth bits go to byte j % 4, bit
+    // (gb / 4) g + j / 4, and 4 above it.
+    let mut h = 0u32;
+    for g in 0..16 / gb {
+        for j in 0..gb {
+            let bit = 8 * (j % 4) + (gb / 4) * g + j / 4;
+            let (lo, hi) = (levels[2 * gb * g + j], levels[2 * gb * g + gb + j]);
+            h |= u32::from(lo >> 4) << bit | u32::from(hi >> 4) << (bit + 4);
+        }
+    }
+    out[4] = h;
 }
 
 /// The 32 stored levels of a GGUF block (unsigned levels, codebook
@@ -507,6 +571,72 @@ mod tests {
                 .map(|i| deq[i * n + j] as f64 * xa.q[i] as f64 * xa.d[i / 32] as f64)
                 .sum();
             assert!((y[j] - want).abs() <= 1e-9 * want.abs().max(1.0), "{j}");
+        }
+    }
+
+    /// The 5-bit layouts unpacked with the kernels' own operations (as the
+    /// module documentation gives them), for 4- and 8-byte groups, with
+    /// padding columns at level 16 (weight 0).
+    #[test]
+    fn five_bit_layouts_unpack_with_the_documented_ops() {
+        let (k, n) = (96, 11);
+        let w = GgmlMatrix::quantize(&Rng::new(14).vec_f32(k * n), k, n, GgmlType::Q5_0);
+        for (lanes, t_u, gb) in [(4, 3, 4), (8, 2, 4), (2, 4, 8)] {
+            let l =
+                I8Layout::new(GgmlType::Q5_0, lanes, t_u, 64, lanes * t_u, k, n).grouped(gb, true);
+            assert!(!l.signed && l.x_scale() == 1.0);
+            assert_eq!((l.bits, l.block_bytes()), (5, 20));
+            assert_eq!(l.name(), format!("Q5_0_{}_{gb}", lanes * t_u));
+            let p = l.repack(&w);
+            let bytes = p.w.as_bytes();
+            let tw = l.tile_width();
+            for j in 0..l.n_pad {
+                // Panels of one tile; m_b = 64: K blocks of two 32-blocks.
+                let (panel, col) = (j / tw, j % tw);
+                let (t, lane) = (col / lanes, col % lanes);
+                for b in 0..l.blocks() {
+                    let (kb, bi) = (b / 2, b % 2);
+                    let (off, soff, _) = l.tile_offset(panel, kb, 0);
+                    let at = off + bi * tw * 20;
+                    let word = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+                    let h = word(at + 16 * tw + 4 * col);
+                    let want: [u8; QK] = if j < n {
+                        assert_eq!(
+                            p.sc[soff + bi * tw + col],
+                            u16::from_le_bytes([w.block(j, b)[0], w.block(j, b)[1]])
+                        );
+                        block_levels(w.dtype, w.block(j, b))
+                    } else {
+                        [16; QK]
+                    };
+                    for g in 0..16 / gb {
+                        // This column's gb bytes of chunk g, and its plane
+                        // word as the kernel sees it (G = 8: h, then h >> 1
+                        // per byte).
+                        let chunk = at + (g * t_u + t) * lanes * gb + lane * gb;
+                        let e: Vec<u8> =
+                            (0..gb).map(|x| h.to_le_bytes()[x % 4] >> (x / 4)).collect();
+                        for x in 0..gb {
+                            let (wb, y) = (bytes[chunk + x], (e[x] >> ((gb / 4) * g)) & 0x11);
+                            let lo = (wb & 0x0F) | ((y << 4) & 0x10);
+                            let hi = ((wb >> 4) & 0x0F) | (y & 0x10);
+                            let (vl, vh) = (2 * gb * g + x, 2 * gb * g + gb + x);
+                            assert_eq!(lo, want[vl], "gb {gb} col {j} block {b} value {vl}");
+                            assert_eq!(hi, want[vh], "gb {gb} col {j} block {b} value {vh}");
+                        }
+                    }
+                }
+            }
+        }
+        // The 32-bit shifts of the x86 kernels: bits shifted across bytes
+        // land outside the 0x11 mask.
+        let h = 0xA5C3_5A3Cu32;
+        for g in 0..4 {
+            let y = (h >> g) & 0x1111_1111;
+            for x in 0..4 {
+                let byte = (h >> (8 * x)) as u8;
+                assert_eq!(y.to_le_bytes()[x], (byte >> g) & 0x11);
+            }
         }
     }
 

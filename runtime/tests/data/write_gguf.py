@@ -4,7 +4,7 @@
 Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
-hold F32 / F16 / Q4_0 / Q8_0 matrices quantized by gguf.quants.quantize,
+hold F32 / F16 / Q4_0 / Q5_0 / Q8_0 matrices quantized by gguf.quants.quantize,
 IQ4_NL matrices of raw blocks (gguf-py cannot quantize IQ4_NL: random
 indices and f16 scales, written with raw_dtype and dequantized by gguf-py), plus
 metadata of every value type (strings, string arrays, nested arrays) and
@@ -65,10 +65,14 @@ def edge_weights(k):
     t1 = rnd(0.1); t1[3] = 1.0; t1[9] = -1.0
     t2 = rnd(0.1); t2[3] = -1.0; t2[9] = 1.0
     row([t1, t2] + [rnd() for _ in range(nb - 2)])
-    # Exact rounding boundaries: Q4_0 with d = 1 and Q8_0 with d = 1.
+    # Exact rounding boundaries: Q4_0 with d = 1 and Q8_0 with d = 1, and
+    # Q5_0 with d = 1 (max -16) and d = -1 (max +16: the largest value
+    # maps to level 0, -16 to 32, clamped to 31).
     b4 = np.array([-8.0] + [x + 0.5 for x in range(-8, 7)] + [x - 0.5 for x in range(-7, 9)], np.float32)
     b8 = np.array([127.0] + [x + 0.5 for x in range(-15, 16)], np.float32)
-    row([b4, b8] + [rnd() for _ in range(nb - 2)])
+    b5 = np.array([-16.0] + [x + 0.5 for x in range(-16, 15)], np.float32)
+    b5n = np.array([16.0, -16.0] + [x - 0.5 for x in range(-14, 16)], np.float32)
+    row([b4, b8, b5, b5n] + [rnd() for _ in range(nb - 4)])
     # Subnormal and tiny inputs (1/d loses precision or overflows).
     row([rnd(1e-40), rnd(1e-44), rnd(1e-38), rnd(3e-39)] + [rnd(1e-39) for _ in range(nb - 4)])
     # Scales in the f16 subnormal range and just above the f16 maximum / 8.
@@ -199,6 +203,7 @@ def model(out):
             wt = random_weights(n, k)
             add(w, out, fname, f"blk.k{k}.n{n}.q4_0", wt, T.Q4_0)
             add(w, out, fname, f"blk.k{k}.n{n}.q8_0", wt, T.Q8_0)
+            add(w, out, fname, f"blk.k{k}.n{n}.q5_0", wt, T.Q5_0)
     add(w, out, fname, "f32.k64.n3", random_weights(3, 64), T.F32)
     add(w, out, fname, "f32.k7.n5", random_weights(5, 7), T.F32)
     add(w, out, fname, "f16.k64.n40", random_weights(40, 64), T.F16)
@@ -206,6 +211,7 @@ def model(out):
     e = edge_weights(256)
     add(w, out, fname, "edge.q4_0", e, T.Q4_0)
     add(w, out, fname, "edge.q8_0", e, T.Q8_0)
+    add(w, out, fname, "edge.q5_0", e, T.Q5_0)
     add(w, out, fname, "edge.f16", e, T.F16)
     for k in (32, 64, 256):
         for n in (1, 3, 40):
@@ -214,6 +220,7 @@ def model(out):
     s = special_weights(64)
     add(w, out, fname, "special.q4_0", s, T.Q4_0, matmul=False)
     add(w, out, fname, "special.q8_0", s, T.Q8_0, matmul=False)
+    add(w, out, fname, "special.q5_0", s, T.Q5_0, matmul=False)
     sp = np.array([[np.inf, 1.0], [1.0, np.nan], [-np.inf, -np.inf]], dtype=np.float32)
     add_raw(w, out, fname, "special.iq4_nl", iq4_nl_blocks(3, 64, sp), T.IQ4_NL, 64, matmul=False)
     # Tensors kgen must refuse.
@@ -235,6 +242,7 @@ def align64(out):
     add(w, out, fname, "a64.f32.k5.n3", random_weights(3, 5), T.F32)
     add(w, out, fname, "a64.q4_0.k64.n3", random_weights(3, 64), T.Q4_0)
     add(w, out, fname, "a64.q8_0.k32.n5", random_weights(5, 32), T.Q8_0)
+    add(w, out, fname, "a64.q5_0.k160.n9", random_weights(9, 160), T.Q5_0)
     add_raw(w, out, fname, "a64.iq4_nl.k96.n7", iq4_nl_blocks(7, 96), T.IQ4_NL, 96)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -37,6 +37,12 @@ pub struct I8Isa {
     /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
     /// broadcast loads limited it.
     pub x_quad: bool,
+    /// Vector ops to rebuild the two 5-bit halves of one weight chunk from
+    /// its nibbles and the fifth-bit plane (`hb_lo` + `hb_hi`, the plane's
+    /// shift and mask included; see [`crate::layout::int8`]): NEON inserts
+    /// with `sli` / `sri`, AVX-512 selects bits with `vpternlogd`, AVX2 and
+    /// portable code mask and or.
+    pub fifth_bit_ops: f64,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -57,6 +63,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    fifth_bit_ops: 6.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -75,6 +82,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -93,6 +101,7 @@ pub const AVX2: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: true,
 };
@@ -111,6 +120,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
+    fifth_bit_ops: 4.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -129,6 +139,7 @@ pub const I8MM: I8Isa = I8Isa {
     group_bytes: 8,
     signed_nibbles: true,
     mmla: true,
+    fifth_bit_ops: 4.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -147,6 +158,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -167,6 +179,7 @@ pub const SVE256: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
+    fifth_bit_ops: 0.0,
     sve_bits: Some(256),
     x_quad: false,
 };
@@ -205,12 +218,21 @@ impl I8Isa {
     }
 
     /// Whether this ISA has kernels for `spec`'s weight format, and if not why.
-    /// Codebook formats need the `lut` primitive, which the SVE emitter (whole
-    /// asm loops) does not have: SVE machines run them on i8mm or dotprod.
+    /// The SVE emitter (whole asm loops) has neither the codebook formats'
+    /// `lut` nor the 5-bit unpack: SVE machines run those on i8mm or dotprod.
+    /// (A 256-bit SVE core with i8mm ranks i8mm first anyway, see
+    /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
-        if spec.codebook() && self.sve_bits.is_some() {
+        if self.sve_bits.is_some() {
+            let missing = if spec.codebook() {
+                "table lookup"
+            } else if spec.bits() == 5 {
+                "5-bit unpack"
+            } else {
+                return Ok(());
+            };
             return Err(format!(
-                "int8 ISA {} has no {} kernels (its asm emitter has no table lookup); \
+                "int8 ISA {} has no {} kernels (its asm emitter has no {missing}); \
                  SVE CPUs run {} on i8mm or dotprod",
                 self.name,
                 spec.format_tag(),
@@ -218,5 +240,19 @@ impl I8Isa {
             ));
         }
         Ok(())
+    }
+
+    /// Whether kernels of `spec` here read 4-bit levels as signed nibbles
+    /// (`16 q`, no offset to remove).
+    pub fn signed_levels(&self, spec: &I8Spec) -> bool {
+        self.signed_nibbles && spec.bits() == 4 && !spec.codebook()
+    }
+
+    /// Whether kernels of `spec` here take dots of the stored, unsigned
+    /// levels and remove the format's offset (`offset * sum(x)`, the
+    /// activations' `c`) once per block: Q4_0 off the signed-nibble ISAs,
+    /// Q5_0 everywhere.
+    pub fn removes_offset(&self, spec: &I8Spec) -> bool {
+        spec.format.offset() != 0 && !self.signed_levels(spec)
     }
 }

@@ -11,13 +11,14 @@ use crate::spec::Op;
 use crate::target::TargetDesc;
 
 /// Vector registers a tile keeps live: f32 and i32 accumulators, the
-/// weight vectors (and their high nibbles), two activation vectors, and two
-/// constants (nibble mask, word of ones).
+/// weight vectors (and their high nibbles; 5-bit: and each column group's
+/// fifth bits, live through the block), two activation vectors, and two
+/// constants (nibble mask, word of ones; 5-bit: and the fifth-bit mask).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
-    let weights = if spec.bits() == 4 {
-        2 * tile.t_sub
-    } else {
-        tile.t_sub
+    let weights = match spec.bits() {
+        4 => 2 * tile.t_sub,
+        5 => 3 * tile.t_sub,
+        _ => tile.t_sub,
     };
     let accumulators = if isa.group_bytes == 8 {
         if tile.m_r == 1 {
@@ -35,7 +36,7 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         return crate::family::int8::emit::sve::registers(spec.bits(), tile.t_sub, tile.m_r);
     }
     // Codebook kernels keep the table in a register too.
-    accumulators + weights + 2 + 2 + usize::from(spec.codebook())
+    accumulators + weights + 2 + 2 + usize::from(spec.codebook()) + usize::from(spec.bits() == 5)
 }
 
 /// Vector work of one 32-value block of one micro tile, as the emitter
@@ -43,6 +44,9 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
 fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
     let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
     let four = spec.bits() == 4;
+    if spec.bits() == 5 {
+        return five_bit_block_ops(isa, tile);
+    }
     if isa.group_bytes == 8 {
         // Column pairs; chunks of 8 bytes per column.
         let chunks = if four { 2.0 } else { 4.0 };
@@ -104,6 +108,43 @@ fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
     // 8-bit chunk, each covering 4 bytes), scales, and the block's x scale/sum.
     let loads = t * chunks + rows * chunks + t + 2.0 * rows;
     (unpack + dots + fold, loads, dots / dot)
+}
+
+/// [`block_ops`] of 5-bit layouts: the two halves of each of the 4 nibble
+/// chunks (lane layouts) or 2 chunks (pair layouts) per column group
+/// rebuilt from the plane of fifth bits ([`I8Isa::fifth_bit_ops`]), dots of
+/// unsigned levels, and the offset removed per block and output.
+fn five_bit_block_ops(isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
+    let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
+    if isa.group_bytes == 8 {
+        // Per column pair: 2 chunks, and the plane split (a shift per two
+        // pairs, a zip per pair).
+        let unpack = (2.0 * isa.fifth_bit_ops + 1.5) * t;
+        if tile.m_r == 1 {
+            let dots = 4.0 * t;
+            let fold = (t / 2.0) * 6.0; // addp, bias, cvt, mul, fma, scale convert
+            let loads = 2.0 * t + t / 2.0 + 4.0 + t / 2.0 + 2.0;
+            return (unpack + dots + fold, loads, dots);
+        }
+        let pairs = (rows / 2.0).ceil();
+        let dots = 4.0 * pairs * t;
+        let fold = 4.0 * pairs * t + t; // bias, cvt, mul, fma; scale convert
+        let loads = 2.0 * t + t / 2.0 + 4.0 * pairs + 3.0 * pairs + t;
+        return (unpack + dots + fold, loads, dots);
+    }
+    let unpack = 4.0 * isa.fifth_bit_ops * t;
+    // dot2_u per chunk: two dots into i32 (maddubs ISAs: two maddubs, an
+    // i16 add, one widening madd and an i32 add).
+    let (pair, widen) = if isa.dot_uops > 1.0 {
+        (2.0 / 3.0, 1.0 / 3.0)
+    } else {
+        (1.0, 0.0)
+    };
+    let dots = 4.0 * (2.0 * pair + widen) * t * rows * isa.dot_uops;
+    let fold = t * rows * 4.0 + t; // bias, cvt, mul, fma; scale convert
+                                   // 5 chunks per column group, 8 broadcasts per row, scales, x scale and sum.
+    let loads = 5.0 * t + 8.0 * rows + t + 2.0 * rows;
+    (unpack + dots + fold, loads, dots / isa.dot_uops)
 }
 
 /// eq. 5 for this family, in bits: int8 activations, weights with their

@@ -1,16 +1,11 @@
-//! GGML weight blocks as GGUF files store them (F32, F16, Q4_0, Q8_0,
-//! IQ4_NL), with the reference quantizer and dequantizer.
+//! GGML weight blocks as GGUF files store them (every format of
+//! [`crate::format::table`]), with the reference quantizer and dequantizer.
 //!
 //! A GGUF weight tensor has `ne[0] = K` (contiguous, input features) and
-//! `ne[1] = N` (rows, output features). Each row is a run of blocks along K:
-//!
-//! | type | values / block | bytes / block | block                                   |
-//! |------|----------------|---------------|-----------------------------------------|
-//! | F32  | 1              | 4             | `f32` little-endian                     |
-//! | F16  | 1              | 2             | IEEE binary16 little-endian             |
-//! | Q4_0 | 32             | 18            | `f16 d`, 16 bytes: byte `b` holds element `b` in its low nibble and `b + 16` in its high nibble; value `(nibble - 8) * d` |
-//! | Q8_0 | 32             | 34            | `f16 d`, 32 `i8` `q`; value `q * d`      |
-//! | IQ4_NL | 32           | 18            | `f16 d`, 16 bytes of 4-bit indices in Q4_0's nibble order; value `d * IQ4_NL_VALUES[index]` |
+//! `ne[1] = N` (rows, output features). Each row is a run of blocks along K
+//! (F32 / F16: one value each; the quantized formats: 32 values starting
+//! with an f16 scale `d`), as each format's codec file describes and its
+//! row of the table sizes.
 //!
 //! Our convention is `y = x W` with `W` K x N, so `W[i][j]` is element `i` of
 //! GGUF row `j`.

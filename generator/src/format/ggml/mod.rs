@@ -7,6 +7,7 @@ pub mod iq4_nl;
 pub mod matrix;
 pub mod numpy;
 pub mod q4_0;
+pub mod q5_0;
 pub mod q8_0;
 
 pub use crate::format::row::{GgmlType, QK};

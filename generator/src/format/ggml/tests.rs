@@ -52,6 +52,9 @@ fn round_trips_within_half_a_step() {
                         // Rounds half up, and values near -max map to
                         // level 15 = +7 d: up to one step.
                         "q4_0" => d * 1.01,
+                        // As Q4_0 (-max maps to level 31 = +15 d), plus
+                        // the f16 rounding of d over 16 steps.
+                        "q5_0" => d * (1.0 + 16.0 / 1024.0),
                         // Levels come from the f32 d, values from its
                         // f16 rounding: 0.5 d + 127 d 2^-11.
                         "q8_0" => d * 0.6,

@@ -44,7 +44,9 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
         }
     }
     let mut block = TokenStream::new();
-    if p.spec.bits() == 4 {
+    if p.spec.bits() == 5 {
+        block = five_bit_block(p, isa, rows);
+    } else if p.spec.bits() == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         // Codebook nibbles are indices: looked up (signed int8 levels) and
         // dotted signed x signed straight into i32; plain nibbles go through
@@ -130,16 +132,17 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
         let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
         let row = lit(r);
         fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
-        if p.spec.bits() == 4 && !isa.signed_nibbles && !p.spec.codebook() {
+        if isa.removes_offset(&p.spec) {
             fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
         }
         for t in 0..t_sub {
             let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
             // 4-bit blocks accumulate in the template's block form (i16 pairs
-            // on maddubs ISAs); 8-bit ones directly in i32. Only unsigned
-            // nibbles carry a bias to remove.
+            // on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
+            // unsigned levels carry a bias to remove.
             let sum = match (p.spec.bits(), isa.signed_nibbles) {
                 _ if p.spec.codebook() => quote! { #i },
+                (5, _) => quote! { ops::subi(#i, #c) },
                 (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
                 (4, true) => quote! { ops::block_sum(#i) },
                 _ => quote! { #i },
@@ -151,4 +154,54 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
     }
     let body = quote! { #zero #block #fold };
     micro_fn(p, isa, rows, init, body, store, (32, 1))
+}
+
+/// The block of a 5-bit kernel: each column group's plane of fifth bits
+/// (chunk 4) once, then per nibble chunk `g` the 5-bit levels of its low and
+/// high halves (`hb_lo::<g>` / `hb_hi::<g>`, values `8g..8g+4` and
+/// `8g+4..8g+8`, unsigned 0..32), accumulated in i32 two dots at a time
+/// (`dot2_u`: on maddubs ISAs the i16 pair sums of 5-bit levels leave room
+/// for two products, not for a whole block).
+fn five_bit_block(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+    let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
+    let chunk = 4 * p.lanes;
+    let mut block = TokenStream::new();
+    for t in 0..t_sub {
+        let (h, off) = (format_ident!("h_{}", t), lit((4 * t_u + t) * chunk));
+        block.extend(quote! { let #h = ops::loadb(w.add(#off)); });
+    }
+    for g in 0..4 {
+        let gl = proc_macro2::Literal::i32_unsuffixed(g as i32);
+        for t in 0..t_sub {
+            let (wv, h, lo, hi) = (
+                format_ident!("w_{}", t),
+                format_ident!("h_{}", t),
+                format_ident!("lo_{}", t),
+                format_ident!("hi_{}", t),
+            );
+            let off = lit((g * t_u + t) * chunk);
+            block.extend(quote! {
+                let #wv = ops::loadb(w.add(#off));
+                let #lo = ops::hb_lo::<#gl>(#wv, #h);
+                let #hi = ops::hb_hi::<#gl>(#wv, #h);
+            });
+        }
+        for r in 0..rows {
+            let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+            let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
+            block.extend(quote! {
+                let #xl = #bl;
+                let #xh = #bh;
+            });
+            for t in 0..t_sub {
+                let (i, lo, hi) = (
+                    format_ident!("i_{}_{}", r, t),
+                    format_ident!("lo_{}", t),
+                    format_ident!("hi_{}", t),
+                );
+                block.extend(quote! { #i = ops::dot2_u(#i, #lo, #xl, #hi, #xh); });
+            }
+        }
+    }
+    block
 }

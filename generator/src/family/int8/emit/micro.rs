@@ -5,10 +5,23 @@ use crate::family::int8::plan::I8Plan;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
-/// Bytes of a column group's chunk and chunks per block.
+/// Bytes of a column group's chunk and chunks per block (5-bit: the nibble
+/// chunks, without the plane of fifth bits after them).
 pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
     let chunk = p.lanes * isa.group_bytes;
-    (chunk, 4 * p.spec.bits() as usize / isa.group_bytes)
+    let plane = if p.spec.bits() == 5 { 4 } else { 0 };
+    (
+        chunk,
+        (4 * p.spec.bits() as usize - plane) / isa.group_bytes,
+    )
+}
+
+/// Whether the kernel reads the plane of fifth bits through a pointer of its
+/// own (`wh`): on 5-bit pair layouts the plane's column groups are half as
+/// wide as the nibble chunks', so a sub-tile's offset differs between the
+/// two (on lane layouts the plane is just chunk 4).
+pub(crate) fn plane_pointer(p: &I8Plan, isa: &I8Isa) -> bool {
+    p.spec.bits() == 5 && isa.group_bytes == 8
 }
 
 /// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value
@@ -24,10 +37,22 @@ pub(crate) fn micro_fn(
     (x_step, d_step): (usize, usize),
 ) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
-    let (chunk, chunks) = geometry(p, isa);
-    let (wstep, sstep) = (lit(chunks * p.tile.t_u * chunk), lit(p.tile.t_u * p.lanes));
+    // A block of the tile: 4 bits bytes per column.
+    let (wstep, sstep) = (
+        lit(4 * p.spec.bits() as usize * p.tile.t_u * p.lanes),
+        lit(p.tile.t_u * p.lanes),
+    );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
     let attrs = fn_attrs(isa);
+    // The plane of fifth bits, in the same tile as `w`: the same step.
+    let (wh_param, wh_step) = if plane_pointer(p, isa) {
+        (
+            quote! { mut wh: *const u8, },
+            quote! { wh = wh.add(#wstep); },
+        )
+    } else {
+        (TokenStream::new(), TokenStream::new())
+    };
     let doc = format!(
         " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
         p.tile.t_sub * p.lanes
@@ -36,7 +61,7 @@ pub(crate) fn micro_fn(
         #[doc = #doc]
         #attrs
         unsafe fn #fname(
-            mut w: *const u8, mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
+            mut w: *const u8, #wh_param mut sc: *const u16, mut xq: *const i8, mut xd: *const f32, mut xc: *const i32,
             y: *mut f32, ldx: usize, ldb: usize, ldy: usize, blocks: usize,
         ) {
             unsafe {
@@ -44,6 +69,7 @@ pub(crate) fn micro_fn(
                 for _ in 0..blocks {
                     #body
                     w = w.add(#wstep);
+                    #wh_step
                     sc = sc.add(#sstep);
                     xq = xq.add(#x_step);
                     xd = xd.add(#d_step);

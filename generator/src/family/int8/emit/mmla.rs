@@ -11,9 +11,17 @@
 //!   `[r0c0, r0c1, r1c0, r1c1]`; the f32 tiles are transposed back to rows
 //!   with 64-bit zips only when the micro kernel loads and stores `y`.
 //!
+//! 5-bit layouts: per block, each 16-byte load of the plane of fifth bits
+//! (two column pairs) is split into the pairs' 8-byte-per-column words
+//! (`hb_pair::<0>` / `hb_pair::<1>`), from which `hb_lo` / `hb_hi` rebuild
+//! each nibble chunk's unsigned levels; sdot / smmla take them as they are
+//! and `sub_bias` removes the format's offset per row and block. The
+//! plane's column groups are half as wide as the chunks', so the micro
+//! kernels read it through a pointer of their own (`wh`).
+//!
 //! Register names are systematic: `i_{pair}_{t}` / `f_{pair}_{t}` for the
 //! integer / float tile of row pair `pair` and column pair `t`, `lo_{t}` /
-//! `hi_{t}` the nibble planes of column pair `t`.
+//! `hi_{t}` the nibble planes of column pair `t`, `e_{t}` its fifth bits.
 
 use crate::family::int8::emit::micro::{geometry, micro_fn};
 use crate::family::int8::isa::I8Isa;
@@ -38,7 +46,13 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
         );
         let off = lit((g * p.tile.t_u + t) * chunk);
         out.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
-        if p.spec.codebook() {
+        if p.spec.bits() == 5 {
+            let (e, gl) = (format_ident!("e_{}", t), Literal::i32_unsuffixed(g as i32));
+            out.extend(quote! {
+                let #lo = ops::hb_lo::<#gl>(#wv, #e);
+                let #hi = ops::hb_hi::<#gl>(#wv, #e);
+            });
+        } else if p.spec.codebook() {
             // Codebook indices to signed int8 levels (table lookup).
             out.extend(quote! {
                 let #lo = ops::lut(ops::idx_lo(#wv));
@@ -50,6 +64,29 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
                 let #hi = ops::nib_hi(#wv);
             });
         }
+    }
+    out
+}
+
+/// 5-bit layouts: the plane of fifth bits (`wh`, 8 bytes per column pair),
+/// split per column pair into `e_{t}` once per block.
+fn load_fifth_bits(p: &I8Plan) -> TokenStream {
+    let mut out = TokenStream::new();
+    if p.spec.bits() != 5 {
+        return out;
+    }
+    for q in 0..p.tile.t_sub / 2 {
+        let (h, e0, e1) = (
+            format_ident!("hq_{}", q),
+            format_ident!("e_{}", 2 * q),
+            format_ident!("e_{}", 2 * q + 1),
+        );
+        let off = lit(16 * q);
+        out.extend(quote! {
+            let #h = ops::loadb(wh.add(#off));
+            let #e0 = ops::hb_pair::<0>(#h);
+            let #e1 = ops::hb_pair::<1>(#h);
+        });
     }
     out
 }
@@ -76,9 +113,10 @@ pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         let i = iv(t);
         body.extend(quote! { let mut #i = ops::zero_i(); });
     }
+    body.extend(load_fifth_bits(p));
     for g in 0..chunks {
         body.extend(load_weights(p, isa, g));
-        if p.spec.bits() == 4 {
+        if p.spec.bits() != 8 {
             // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
             let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
             body.extend(quote! {
@@ -105,9 +143,14 @@ pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     for v in 0..t_sub / 2 {
         let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
         let (s, off) = (format_ident!("s_{}", v), lit(4 * v));
+        let sum = if isa.removes_offset(&p.spec) {
+            quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
+        } else {
+            quote! { ops::pair_sum(#a, #b) }
+        };
         body.extend(quote! {
             let #s = ops::scales(sc.add(#off));
-            #f = ops::fmaf(ops::cvti(ops::pair_sum(#a, #b)), ops::mulf(#s, dx), #f);
+            #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, dx), #f);
         });
     }
     micro_fn(p, isa, 1, init, body, store, (32, 1))
@@ -156,11 +199,12 @@ pub fn micro_mmla(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
             body.extend(quote! { let mut #i = ops::zero_i(); });
         }
     }
+    body.extend(load_fifth_bits(p));
     for g in 0..chunks {
         body.extend(load_weights(p, isa, g));
         for q in 0..pairs {
             let row = lit(q);
-            if p.spec.bits() == 4 {
+            if p.spec.bits() != 8 {
                 // 16 activation bytes per 8 values of the pair: values
                 // 16g.. (low nibbles) and 16g + 8.. (high).
                 let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
@@ -196,9 +240,23 @@ pub fn micro_mmla(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
     for q in 0..pairs {
         let (dx, row) = (format_ident!("dx_{}", q), lit(q));
         body.extend(quote! { let #dx = ops::loadf(xd.add(#row * ldb)); });
+        // The offset correction of rows 2q and 2q + 1 (xc holds one row of
+        // blocks per activation row, ldb / 4 apart): the odd row of a
+        // half pair is never stored, so it reuses the even row's.
+        let bias = isa.removes_offset(&p.spec).then(|| {
+            let (r0, r1) = (
+                lit(2 * q),
+                lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
+            );
+            quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) }
+        });
         for t in 0..t_sub {
             let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
-            body.extend(quote! { #f = ops::fmaf(ops::cvti(#i), ops::mulf(#s, #dx), #f); });
+            let sum = match &bias {
+                Some(c) => quote! { ops::sub_bias(#i, #c) },
+                None => quote! { #i },
+            };
+            body.extend(quote! { #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f); });
         }
     }
     micro_fn(p, isa, rows, init, body, store, (64, 4))

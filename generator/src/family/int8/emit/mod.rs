@@ -22,6 +22,14 @@ use std::fmt::Write as _;
 /// kernels' `ops` so their code does not change.
 const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut", "idx_lo", "idx_hi"];
 
+/// Template primitives only 5-bit kernels use (the fifth-bit unpack, the
+/// two-dot accumulate, the pair layouts' plane split and bias), likewise
+/// left out of the others. A template has those its emitter calls:
+/// [`FIVE_BIT_LANE`] or [`FIVE_BIT_PAIR`].
+const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
+const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
+const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
+
 /// Emits the int8 kernels of `plans` (all for `target`) as one file.
 pub fn emit_file(
     target: &TargetDesc,
@@ -62,13 +70,18 @@ pub fn emit_file(
             "//   format:   {} ({}), op {}",
             p.spec.format_tag(),
             if p.spec.codebook() {
-                "4-bit codebook indices, table lookup to signed int8"
+                "4-bit codebook indices, table lookup to signed int8".to_string()
+            } else if p.spec.bits() == 5 {
+                format!(
+                    "5-bit, nibbles + fifth bits, unsigned levels - {}",
+                    p.spec.format.offset()
+                )
             } else if p.spec.bits() == 4 && isa.signed_nibbles {
-                "4-bit, signed nibbles"
+                "4-bit, signed nibbles".to_string()
             } else if p.spec.bits() == 4 {
-                "4-bit, nibbles + 8"
+                "4-bit, nibbles + 8".to_string()
             } else {
-                "8-bit signed"
+                "8-bit signed".to_string()
             },
             p.spec.op.name()
         );
@@ -87,6 +100,8 @@ pub fn emit_file(
                 ", unsigned nibble indices"
             } else if isa.signed_nibbles && p.spec.bits() == 4 {
                 ", signed nibbles read as 16 q"
+            } else if p.spec.bits() == 5 {
+                ", nibble chunks + a plane of fifth bits"
             } else {
                 ""
             }
@@ -135,6 +150,7 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     })?;
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_items(&mut items, &p.spec, &isa)?;
+    five_bit_items(&mut items, &p.spec, &isa)?;
     let name = p.kernel_name();
     let module = format_ident!("{}", name);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r)
@@ -165,7 +181,7 @@ fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     );
     let t_sub = lit(p.tile.t_sub);
     let group_bytes = lit(isa.group_bytes);
-    let signed = isa.signed_nibbles && p.spec.bits() == 4 && !p.spec.codebook();
+    let signed = isa.signed_levels(&p.spec);
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
@@ -265,6 +281,30 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
     Ok(())
 }
 
+/// The 5-bit primitives stay only in 5-bit kernels, whose template must
+/// have those its emitter calls.
+fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+    if spec.bits() != 5 {
+        items.retain(|it| item_name(it).is_none_or(|n| !FIVE_BIT_ITEMS.contains(&n.as_str())));
+        return Ok(());
+    }
+    isa.supports(spec).map_err(EmitError)?;
+    let need = if isa.group_bytes == 8 {
+        FIVE_BIT_PAIR
+    } else {
+        FIVE_BIT_LANE
+    };
+    let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
+    if let Some(missing) = need.iter().find(|n| !have(n)) {
+        return Err(EmitError(format!(
+            "template {} lacks `{missing}`, which {} kernels need",
+            isa.template_path,
+            spec.format_tag()
+        )));
+    }
+    Ok(())
+}
+
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let tw = lit(p.tile.t_u * p.lanes);
     let block_bytes = lit(4 * p.spec.bits() as usize);
@@ -276,11 +316,25 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     );
     let m_r = lit(p.tile.m_r);
     let full = format_ident!("micro_r{}", p.tile.m_r);
+    // 5-bit pair layouts: the plane of fifth bits after the tile's nibble
+    // chunks (16 bytes per column), 4 bytes per column.
+    let (wh_let, wh_arg) = if crate::family::int8::emit::micro::plane_pointer(p, isa) {
+        let (nib, plane) = (
+            lit(16 * p.tile.t_u * p.lanes),
+            lit(p.tile.t_sub * p.lanes * 4),
+        );
+        (
+            quote! { let wh = w.add(base * #block_bytes + #nib + sub * #plane); },
+            quote! { wh, },
+        )
+    } else {
+        (TokenStream::new(), TokenStream::new())
+    };
     let arms: Vec<TokenStream> = (1..p.tile.m_r)
         .map(|r| {
             let f = format_ident!("micro_r{}", r);
             let rl = lit(r);
-            quote! { #rl => #f(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb), }
+            quote! { #rl => #f(wt, #wh_arg st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb), }
         })
         .collect();
     let attrs = fn_attrs(isa);
@@ -330,10 +384,11 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                                 let c = p * T_B + tile * #tw + sub * #sub_cols;
                                 let base = cols_before + tile * #tw * nb;
                                 let wt = w.add(base * #block_bytes + sub * #sub_bytes);
+                                #wh_let
                                 let st = sc.add(base + sub * #sub_cols);
                                 let yr = y.add(r * ldy + c);
                                 match rows {
-                                    #m_r => #full(wt, st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),
+                                    #m_r => #full(wt, #wh_arg st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),
                                     #(#arms)*
                                     _ => unreachable!(),
                                 }
