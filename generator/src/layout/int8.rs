@@ -39,7 +39,9 @@
 //!   cross into the byte below are masked off), then insert them:
 //!   `lo = (w & 0x0F) | (y << 4 & 0x10)`, `hi = (w >> 4 & 0x0F) | (y & 0x10)`.
 //!   NEON does each insert in one `sli` / `sri` (4 ops per chunk), AVX-512
-//!   in one `vpternlogd` bit select (6 ops), AVX2 in and + or (9 ops).
+//!   in one `vpternlogd` bit select (6 ops as written, about 7 as LLVM
+//!   emits them: it folds `y << 4` into a second shift and mask of `h`),
+//!   AVX2 in and + or (9 ops).
 //! - `G = 8` (pairs): byte `k` bit `2g + s` is the fifth bit of chunk `g`'s
 //!   low nibble at byte `k + 4s` of the column's 8 (value `16g + k + 4s`),
 //!   bit `4 + 2g + s` that of its high nibble (`16g + 8 + k + 4s`). The

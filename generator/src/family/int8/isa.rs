@@ -63,7 +63,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
-    fifth_bit_ops: 6.0,
+    fifth_bit_ops: 7.0,
     sve_bits: None,
     x_quad: false,
 };
