@@ -154,9 +154,10 @@ impl KernelEntry {
         }
     }
 
-    /// IQ4_NL: 4-bit codebook indices, looked up by the kernel.
+    /// Codebook formats (IQ4_NL): 4-bit indices, looked up by the kernel.
+    /// Read from the format table, never from the format's name.
     pub fn codebook(&self) -> bool {
-        self.format == "iq4_nl"
+        kgen::format::by_tag(self.format).is_some_and(|f| f.codebook().is_some())
     }
 
     /// Whether two kernels read the same packed layout.
