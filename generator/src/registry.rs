@@ -81,44 +81,32 @@ pub(crate) fn entry(
     arch: Option<Arch>,
     detect: &syn::Ident,
 ) -> TokenStream {
-    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
-    let k = format_ident!("{}", plan.kernel_name());
-    let target_name = &t.name;
-    let gemm = matches!(plan.spec.op, Op::Gemm { .. });
     // The runtime's `WeightFormat` name, as in `KGEN_SPECS`: `4:128`, `3:col`.
     let format = match plan.spec.group {
         Group::Size(g) => format!("{}:{g}", plan.spec.bits),
         Group::Column => format!("{}:col", plan.spec.bits),
     };
-    let cfg = crate::emit::arch_cfg(arch);
-    quote! {
-        #cfg
-        {
-            use #module::#k as k;
-            v.push(#rt::KernelEntry {
-                name: k::NAME,
-                isa: k::ISA,
-                target: #target_name,
-                features: k::FEATURES,
-                format: #format,
-                bits: k::BITS,
-                lanes: k::LANES,
-                t_u: k::T_U,
-                m_r: k::M_R,
-                m_b: k::M_B,
-                t_b: k::T_B,
-                gemm: #gemm,
-                detect: #detect,
-                params: #rt::FamilyParams::F32(#rt::F32Params {
-                    group: k::GROUP,
-                    m_u: k::M_U,
-                    zcurve: k::ZCURVE,
-                    x_scale: k::X_SCALE,
-                    run: k::run,
-                }),
-            });
+    let kernel = Kernel {
+        rt,
+        target: t,
+        module,
+        name: plan.kernel_name(),
+        op: plan.spec.op,
+        format,
+        arch,
+        detect,
+    };
+    kernel.push(|rt| {
+        quote! {
+            #rt::FamilyParams::F32(#rt::F32Params {
+                group: k::GROUP,
+                m_u: k::M_U,
+                zcurve: k::ZCURVE,
+                x_scale: k::X_SCALE,
+                run: k::run,
+            })
         }
-    }
+    })
 }
 
 pub(crate) fn entry_i8(
@@ -128,38 +116,75 @@ pub(crate) fn entry_i8(
     p: &crate::family::int8::plan::I8Plan,
     detect: &syn::Ident,
 ) -> TokenStream {
-    let rt: syn::Path = syn::parse_str(rt).expect("runtime path checked by caller");
-    let k = format_ident!("{}", p.kernel_name());
-    let target_name = &t.name;
-    let gemm = matches!(p.spec.op, Op::Gemm { .. });
-    let format = p.spec.format_tag();
-    let cfg =
-        crate::emit::arch_cfg(crate::family::int8::isa::I8Isa::by_name(p.isa).and_then(|i| i.arch));
-    quote! {
-        #cfg
-        {
-            use #module::#k as k;
-            v.push(#rt::KernelEntry {
-                name: k::NAME,
-                isa: k::ISA,
-                target: #target_name,
-                features: k::FEATURES,
-                format: #format,
-                bits: k::BITS,
-                lanes: k::LANES,
-                t_u: k::T_U,
-                m_r: k::M_R,
-                m_b: k::M_B,
-                t_b: k::T_B,
-                gemm: #gemm,
-                detect: #detect,
-                params: #rt::FamilyParams::Int8(#rt::Int8Params {
-                    group_bytes: k::GROUP_BYTES,
-                    signed: k::SIGNED,
-                    row_pairs: k::ROW_PAIRS,
-                    run: k::run,
-                }),
-            });
+    let kernel = Kernel {
+        rt,
+        target: t,
+        module,
+        name: p.kernel_name(),
+        op: p.spec.op,
+        format: p.spec.format_tag(),
+        arch: crate::family::int8::isa::I8Isa::by_name(p.isa).and_then(|i| i.arch),
+        detect,
+    };
+    kernel.push(|rt| {
+        quote! {
+            #rt::FamilyParams::Int8(#rt::Int8Params {
+                group_bytes: k::GROUP_BYTES,
+                signed: k::SIGNED,
+                row_pairs: k::ROW_PAIRS,
+                run: k::run,
+            })
+        }
+    })
+}
+
+/// What every generated `KernelEntry` states, whatever its family.
+struct Kernel<'a> {
+    rt: &'a str,
+    target: &'a TargetDesc,
+    module: &'a syn::Ident,
+    name: String,
+    op: Op,
+    format: String,
+    arch: Option<Arch>,
+    detect: &'a syn::Ident,
+}
+
+impl Kernel<'_> {
+    /// `v.push(KernelEntry { .. })` for the kernel module `module::name`,
+    /// with the family's `params` (written against the runtime path and the
+    /// kernel module imported as `k`).
+    fn push(&self, params: impl FnOnce(&syn::Path) -> TokenStream) -> TokenStream {
+        let rt: syn::Path = syn::parse_str(self.rt).expect("runtime path checked by caller");
+        let k = format_ident!("{}", self.name);
+        let module = self.module;
+        let target_name = &self.target.name;
+        let format = &self.format;
+        let gemm = matches!(self.op, Op::Gemm { .. });
+        let detect = self.detect;
+        let cfg = crate::emit::arch_cfg(self.arch);
+        let params = params(&rt);
+        quote! {
+            #cfg
+            {
+                use #module::#k as k;
+                v.push(#rt::KernelEntry {
+                    name: k::NAME,
+                    isa: k::ISA,
+                    target: #target_name,
+                    features: k::FEATURES,
+                    format: #format,
+                    bits: k::BITS,
+                    lanes: k::LANES,
+                    t_u: k::T_U,
+                    m_r: k::M_R,
+                    m_b: k::M_B,
+                    t_b: k::T_B,
+                    gemm: #gemm,
+                    detect: #detect,
+                    params: #params,
+                });
+            }
         }
     }
 }
