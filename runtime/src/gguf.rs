@@ -596,7 +596,7 @@ impl GgufFile {
             .ok_or_else(|| self.err(name, "is not in the file"))
     }
 
-    /// A 2-D F32 / F16 / Q4_0 / Q8_0 / IQ4_NL tensor as a matrix: `dims[0]` is K
+    /// A 2-D tensor of a format in kgen's format table (F32, F16, Q4_0, ...) as a matrix: `dims[0]` is K
     /// (contiguous), `dims[1]` is N.
     pub fn matrix(&self, name: &str) -> Result<GgmlMatrix, GgufError> {
         let t = self.find(name)?;

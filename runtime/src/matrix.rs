@@ -25,7 +25,7 @@ use std::path::Path;
 /// [`Matrix::gemv`], [`Matrix::gemm`] or [`Matrix::gemm_on`].
 ///
 /// **Which kernel.** The format decides the family
-/// ([`WeightFormat::families`]): GGUF Q4_0 / Q8_0 / IQ4_NL and kgen's
+/// ([`WeightFormat::families`]): the GGUF formats of the format table and kgen's
 /// symmetric groups run on the int8 family (activations quantized to int8 per
 /// 32-block on each call); GPTQ formats, which have zero points, on the f32
 /// family (the int8 family has no zero-point kernels yet). If a format can
@@ -53,7 +53,7 @@ enum Backend {
 }
 
 impl Matrix {
-    /// A GGUF tensor (Q4_0, Q8_0, IQ4_NL) from memory. F32 / F16 tensors are
+    /// A GGUF tensor of an int8 format of the table (Q4_0, Q5_0, ...) from memory. F32 / F16 tensors are
     /// refused: no kernel runs them, and quantizing silently would hide a
     /// loss of precision; quantize them explicitly with
     /// `Matrix::from_f32(&m.dequantize(), m.k, m.n, format)`.
