@@ -21,8 +21,18 @@ done
 for t in zen4 zen3 x86-64-v3 x86-64-v3-vnni x86-64-v4-vnni alderlake neoverse-n1 neoverse-v1 \
          neoverse-v2 apple-m1 generic-aarch64-sve256 generic-aarch64-i8mm generic-aarch64-dotprod \
          generic-aarch64-portable; do
-    for f in ${KGEN_SNAPSHOT_FORMATS:-q4_0 q8_0 iq4_nl}; do
-        $kgen --target "$t" --format "$f" > "$out/int8-$t-$f.rs" 2> "$out/int8-$t-$f.err" || true
+    for f in ${KGEN_SNAPSHOT_FORMATS:-q4_0 q8_0 iq4_nl q5_0}; do
+        $kgen --target "$t" --format "$f" --isa all --no-profile > "$out/int8-$t-$f.rs" 2> "$out/int8-$t-$f.err" || true
+        $kgen plan --target "$t" --format "$f" --no-profile --json > "$out/plan-int8-$t-$f.json" 2>&1 || true
+        $kgen plan --target "$t" --format "$f" --m 32 --no-profile --json > "$out/plan-int8-$t-$f-m32.json" 2>&1 || true
+    done
+done
+# The --explain reports (op counts and candidates) for a few targets.
+for t in zen4 zen3 neoverse-v1 apple-m1; do
+    $kgen plan --target "$t" --bits 4 --group 32 --no-profile --explain > "$out/explain-$t-q4g32.txt" 2>&1 || true
+    for f in q4_0 q5_0; do
+        $kgen plan --target "$t" --format "$f" --no-profile --explain > "$out/explain-int8-$t-$f.txt" 2>&1 || true
+        $kgen plan --target "$t" --format "$f" --m 32 --no-profile --explain > "$out/explain-int8-$t-$f-m32.txt" 2>&1 || true
     done
 done
 echo "snapshot in $out: $(ls "$out" | wc -l) files"

@@ -26,6 +26,8 @@ pub mod explain;
 #[cfg(feature = "codegen")]
 pub mod family;
 #[cfg(feature = "codegen")]
+pub mod opcount;
+#[cfg(feature = "codegen")]
 pub mod profile;
 #[cfg(feature = "codegen")]
 pub mod registry;

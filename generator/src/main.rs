@@ -601,13 +601,8 @@ fn plan(args: &PlanArgs) -> Result<(), Error> {
             let m = args.m.unwrap_or(8);
             let req = request(&args.spec, vec![Op::Gemv, Op::Gemm { m }])?;
             let f32_plans = kgen::plans_for(&target, &req)?;
-            let counts = kgen::explain::opcount::explain(
-                &target,
-                &f32_plans,
-                args.spec.bits,
-                m,
-                args.spec.shape,
-            )?;
+            let counts =
+                kgen::explain::explain(&target, &f32_plans, args.spec.bits, m, args.spec.shape)?;
             out(format_args!("{counts}"))?;
         }
     }
@@ -645,7 +640,7 @@ fn plan_i8(
         let m = args.m.unwrap_or(8);
         let both = i8_request(&args.spec, format, vec![Op::Gemv, Op::Gemm { m }]);
         let plans = kgen::plans_for_i8(target, &both)?;
-        let counts = kgen::explain::opcount::explain_i8(target, &plans)?;
+        let counts = kgen::explain::explain_i8(target, &plans)?;
         out(format_args!("{counts}"))?;
     }
     Ok(())

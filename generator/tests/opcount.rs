@@ -1,9 +1,9 @@
 //! The op counter against hand-counted modules, then on the real emitters:
 //! the counts the `--explain` report prints come from these functions.
 
-use kgen::explain::opcount;
-use kgen::explain::opcount::{count_kernel, Counts, KPerIter, Site};
+use kgen::opcount::{count_kernel, Counts, KPerIter, Site};
 use kgen::spec::{Group, Op};
+use kgen::{explain, opcount};
 use kgen::{target, IsaChoice, Request};
 use std::process::Command;
 
@@ -353,7 +353,7 @@ fn counts_a_block_loop_written_in_asm() {
 
 /// The row was counted, and every primitive of its kernel mapped to known
 /// instructions.
-fn assert_classified(r: &opcount::Row) {
+fn assert_classified(r: &explain::Row) {
     let k = r
         .result
         .as_ref()
@@ -375,7 +375,7 @@ fn f32_plans(t: &target::TargetDesc, isas: IsaChoice) -> Vec<kgen::family::f32::
 #[test]
 fn neoverse_v1_int8_q4_gemv_is_below_the_papers_reference() {
     let t = target::load("neoverse-v1").unwrap();
-    let rows = opcount::int8_rows(&t, 4, 8, (4096, 4096)).unwrap();
+    let rows = explain::int8_rows(&t, 4, 8, (4096, 4096)).unwrap();
     let simd: Vec<_> = rows
         .iter()
         .filter(|r| !r.kernel.ends_with("__portable"))
@@ -391,7 +391,7 @@ fn neoverse_v1_int8_q4_gemv_is_below_the_papers_reference() {
         );
         if !r.gemm {
             assert!(
-                rate.ops < opcount::PAPER_GEMV[0].ops,
+                rate.ops < explain::PAPER_GEMV[0].ops,
                 "{}: {} ops per block and column, GGML's reference takes 12",
                 r.kernel,
                 rate.ops
@@ -411,8 +411,8 @@ fn neoverse_v1_int8_q4_gemv_is_below_the_papers_reference() {
 fn x86_targets_are_counted_in_both_families() {
     for name in ["x86-64-v3", "x86-64-v4-vnni", "zen4"] {
         let t = target::load(name).unwrap();
-        let mut rows = opcount::f32_rows(&t, &f32_plans(&t, IsaChoice::All)).unwrap();
-        rows.extend(opcount::int8_rows(&t, 4, 8, (4096, 4096)).unwrap());
+        let mut rows = explain::f32_rows(&t, &f32_plans(&t, IsaChoice::All)).unwrap();
+        rows.extend(explain::int8_rows(&t, 4, 8, (4096, 4096)).unwrap());
         assert!(rows.iter().filter(|r| r.family == "f32").count() >= 2);
         assert!(rows.iter().filter(|r| r.family == "int8").count() >= 2);
         for r in &rows {
@@ -432,7 +432,7 @@ fn x86_targets_are_counted_in_both_families() {
                 assert!(rate.mac > 0.0, "{name} {}", r.kernel);
             }
         }
-        let report = opcount::report(&rows);
+        let report = explain::report(&rows);
         assert!(!report.contains("cannot count"), "{report}");
     }
 }
@@ -440,9 +440,9 @@ fn x86_targets_are_counted_in_both_families() {
 #[test]
 fn every_shipped_template_is_classified() {
     for t in target::load_all().unwrap() {
-        let mut rows = opcount::f32_rows(&t, &f32_plans(&t, IsaChoice::All)).unwrap();
+        let mut rows = explain::f32_rows(&t, &f32_plans(&t, IsaChoice::All)).unwrap();
         for bits in [4, 8] {
-            rows.extend(opcount::int8_rows(&t, bits, 8, (4096, 4096)).unwrap());
+            rows.extend(explain::int8_rows(&t, bits, 8, (4096, 4096)).unwrap());
         }
         for r in rows.iter().filter(|r| !r.kernel.ends_with("__portable")) {
             assert_classified(r);

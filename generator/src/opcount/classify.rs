@@ -1,0 +1,158 @@
+//! Intrinsic and mnemonic classes: which calls and asm lines are loads,
+//! stores, MACs, free reinterprets or plain ops.
+
+use super::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arch {
+    Arm,
+    X86,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Free,
+    Load,
+    Store,
+    Const,
+    Splat,
+    Mac { dot: bool },
+    Op,
+}
+
+pub(crate) fn is_x86_name(n: &str) -> bool {
+    n.starts_with('_')
+}
+
+pub(crate) fn is_arm_name(n: &str) -> bool {
+    n.starts_with('v') && n.contains('_')
+}
+
+pub(crate) fn classify_intrinsic(name: &str) -> Class {
+    let n = name.to_ascii_lowercase();
+    let has = |s: &str| n.contains(s);
+    let starts = |s: &str| n.starts_with(s);
+    if starts("vreinterpret")
+        || starts("vget_low")
+        || has("_cast")
+        || has("zext")
+        || has("undefined")
+    {
+        return Class::Free;
+    }
+    if starts("vld")
+        || has("_load")
+        || has("lddqu")
+        || has("_broadcast_s")
+        || has("_broadcast_p")
+        || has("gather")
+        || has("prefetch")
+    {
+        return Class::Load;
+    }
+    if starts("vst") || has("store") || has("_stream") || has("scatter") || has("maskmov") {
+        return Class::Store;
+    }
+    if has("setzero") {
+        return Class::Const;
+    }
+    if (starts("vdup") && has("_n_"))
+        || starts("vmov_n")
+        || starts("vmovq_n")
+        || has("set1")
+        || has("_set_")
+        || has("_setr_")
+        || has("cvtsi32_si")
+        || has("cvtsi64_si")
+    {
+        return Class::Splat;
+    }
+    const X86_DOT: &[&str] = &[
+        "dpbusd",
+        "dpbssd",
+        "dpbsud",
+        "dpbuud",
+        "dpwssd",
+        "dpwsud",
+        "dpwusd",
+        "dpwuud",
+        "maddubs",
+        "madd_epi16",
+        "madd52",
+        "dpbf16",
+        "dpph",
+    ];
+    if X86_DOT.iter().any(|d| has(d)) || (starts("v") && (has("dot") || has("mmla"))) {
+        return Class::Mac { dot: true };
+    }
+    const ARM_FMA: &[&str] = &[
+        "vfma", "vfms", "vfmlal", "vfmlsl", "vmla", "vmls", "vqdmla", "vqdmls", "vqrdmla",
+        "vqrdmls", "vbfmlal",
+    ];
+    if ["fmadd", "fmsub", "fnmadd", "fnmsub"]
+        .iter()
+        .any(|d| has(d))
+        || ARM_FMA.iter().any(|p| starts(p))
+    {
+        return Class::Mac { dot: false };
+    }
+    Class::Op
+}
+
+pub(crate) fn one(c: Class) -> Counts {
+    match c {
+        Class::Load => Counts {
+            loads: 1,
+            ..Counts::default()
+        },
+        Class::Store => Counts {
+            stores: 1,
+            ..Counts::default()
+        },
+        Class::Mac { dot } => Counts {
+            ops: 1,
+            mac: 1,
+            dot: dot as u64,
+            ..Counts::default()
+        },
+        Class::Free => Counts::default(),
+        Class::Const | Class::Splat | Class::Op => Counts {
+            ops: 1,
+            ..Counts::default()
+        },
+    }
+}
+
+/// Control flow is loop overhead, not work on data.
+pub(crate) fn is_branch(m: &str) -> bool {
+    m == "b"
+        || m.starts_with("b.")
+        || m.starts_with('j')
+        || matches!(
+            m,
+            "bl" | "br" | "blr" | "ret" | "cbz" | "cbnz" | "tbz" | "tbnz" | "call" | "loop"
+        )
+}
+
+/// SIMD/FP, SVE predicate and AVX-512 mask registers named literally
+/// (`z3`, `v0`, `q1`, `p0`, `ymm2`, `k1`); general registers are not.
+pub(crate) fn is_vector_register(t: &str) -> bool {
+    let t = t.to_ascii_lowercase();
+    let digits = |s: &str| !s.is_empty() && s.len() <= 2 && s.chars().all(|c| c.is_ascii_digit());
+    let mut chars = t.chars();
+    let first = chars.next().unwrap_or(' ');
+    ("vzpqdshb".contains(first) && digits(chars.as_str()))
+        || ["xmm", "ymm", "zmm"]
+            .iter()
+            .any(|p| t.strip_prefix(p).is_some_and(digits))
+        || (first == 'k' && digits(chars.as_str()))
+}
+
+/// `ymmword ptr [{p} + 32]`, but not an Arm lane index (`z0.b[1]`); Arm
+/// memory operands only occur in loads and stores, classified by mnemonic.
+pub(crate) fn is_memory_operand(op: &str) -> bool {
+    op.split('[').skip(1).any(|inside| {
+        let inner = inside.split(']').next().unwrap_or("");
+        !inner.trim().chars().all(|c| c.is_ascii_digit())
+    })
+}
