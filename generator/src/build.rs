@@ -16,12 +16,11 @@
 //! when their content changes.
 
 use crate::family::f32::isa::Isa;
+use crate::family::plan::Plan;
 use crate::family::plan::TileSource;
+use crate::family::{Family, FamilyIsa};
 use crate::generate::{plans_for, Error, Request};
-use crate::registry::detector;
-use crate::registry::detector_i8;
 use crate::registry::entry;
-use crate::registry::entry_i8;
 use crate::registry::rust_ident;
 use crate::spec::{Group, Op};
 use crate::target::{self, Arch};
@@ -275,8 +274,7 @@ impl Config {
         };
         let mut inputs = Vec::new();
         let mut includes = TokenStream::new();
-        let mut pushes = TokenStream::new();
-        let mut detectors = std::collections::BTreeMap::new();
+        let mut registry = Registry::default();
         let profiles: Vec<PathBuf> = match &self.profile {
             Some(p) if p.is_dir() => crate::profile::files_in(p),
             Some(p) => vec![p.clone()],
@@ -305,8 +303,6 @@ impl Config {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // int8 entries are emitted best ISA first whatever the target order.
-        let mut pushes_i8: Vec<(usize, TokenStream)> = Vec::new();
         for name in &names {
             let t = target::load(name)?;
             if t.arch != arch {
@@ -319,7 +315,14 @@ impl Config {
             }
             inputs.push(target::targets_dir().join(format!("{name}.toml")));
             let module = format_ident!("{}", rust_ident(&t.name));
-            let mut files = TokenStream::new();
+            let mut out = TargetFiles {
+                dir,
+                runtime_path: &self.runtime_path,
+                target: &t,
+                module: &module,
+                files: TokenStream::new(),
+                registry: &mut registry,
+            };
             let f32_isa = Isa::for_target(&t)
                 .first()
                 .map(|i| i.name)
@@ -332,30 +335,13 @@ impl Config {
                 req.profiles = profiles.clone();
                 req.profile_machine = host.clone();
                 let plans = plans_for(&t, &req)?;
-                for note in plans.iter().flat_map(|p| &p.notes) {
-                    warnings.push(note.clone());
-                }
+                warnings.extend(plans.iter().flat_map(|p| p.notes.iter().cloned()));
                 let file_name = format!("q{bits}{}__{}.rs", group.tag(), t.name);
                 let command = format!(
                     "kgen --target {} --bits {bits} --group {group} --m {}",
                     t.name, self.gemm_m
                 );
-                let emitted = crate::family::f32::emit::emit_file(&t, &plans, &command)?;
-                crate::emit::write_if_changed(&dir.join(&file_name), &emitted.text)?;
-                files.extend(quote! { include!(#file_name); });
-                for plan in &plans {
-                    let isa = Isa::by_name(plan.isa).expect("planned ISA");
-                    let detect = format_ident!("detect_{}", isa.name);
-                    detectors.insert(detect.to_string(), detector(&isa, &detect));
-                    pushes.extend(entry(
-                        &self.runtime_path,
-                        &t,
-                        &module,
-                        plan,
-                        isa.arch,
-                        &detect,
-                    ));
-                }
+                out.add(&file_name, &command, &plans)?;
             }
             let i8_isas = crate::family::int8::isa::I8Isa::for_target(&t);
             for spec in &int8_specs {
@@ -369,10 +355,9 @@ impl Config {
                 if !seen_i8.insert((spec.format_tag(), isa.name)) {
                     continue;
                 }
-                let spec = *spec;
                 // The model's plans, or a profile's tiles measured on the host.
                 let mut req = crate::generate::I8Request::new(
-                    spec,
+                    *spec,
                     vec![Op::Gemv, Op::Gemm { m: self.gemm_m }],
                 );
                 req.isas = crate::generate::IsaChoice::Named(vec![isa.name.to_string()]);
@@ -380,25 +365,11 @@ impl Config {
                 req.profile_machine = host.clone();
                 let plans = crate::generate::plans_for_i8(&t, &req)?;
                 warnings.extend(plans.iter().flat_map(|p| p.notes.iter().cloned()));
-                let (gemv, gemm) = (plans[0].clone(), plans[1].clone());
                 let file_name = format!("{}__{}.rs", spec.format_tag(), t.name);
                 let command = format!("kgen --target {} --format {}", t.name, spec.format_tag());
-                let text = crate::family::int8::emit::emit_file(
-                    &t,
-                    &[gemv.clone(), gemm.clone()],
-                    &command,
-                )?;
-                crate::emit::write_if_changed(&dir.join(&file_name), &text)?;
-                files.extend(quote! { include!(#file_name); });
-                let detect = format_ident!("detect_i8_{}", isa.name);
-                detectors.insert(detect.to_string(), detector_i8(&isa, &detect));
-                for p in [&gemv, &gemm] {
-                    pushes_i8.push((
-                        isa.rank(),
-                        entry_i8(&self.runtime_path, &t, &module, p, &detect),
-                    ));
-                }
+                out.add(&file_name, &command, &plans)?;
             }
+            let files = out.files;
             if files.is_empty() {
                 continue;
             }
@@ -409,9 +380,11 @@ impl Config {
         }
         let rt: syn::Path = syn::parse_str(&self.runtime_path)
             .map_err(|e| Error::Usage(format!("runtime path `{}`: {e}", self.runtime_path)))?;
-        pushes_i8.sort_by_key(|(rank, _)| *rank);
-        let pushes_i8: TokenStream = pushes_i8.into_iter().map(|(_, t)| t).collect();
-        let detect_fns = detectors.values();
+        // Entries go family by family, best ISA first whatever the target
+        // order: dispatch takes the first that runs.
+        registry.pushes.sort_by_key(|(order, _)| *order);
+        let pushes: TokenStream = registry.pushes.into_iter().map(|(_, t)| t).collect();
+        let detect_fns = registry.detectors.values();
         let top = quote! {
             #includes
             #(#detect_fns)*
@@ -421,7 +394,6 @@ impl Config {
             pub fn kernels() -> ::std::vec::Vec<#rt::KernelEntry> {
                 let mut v = ::std::vec::Vec::new();
                 #pushes
-                #pushes_i8
                 v
             }
         };
@@ -448,6 +420,53 @@ impl Config {
             inputs,
             warnings,
         })
+    }
+}
+
+/// The registry a build writes: a detection function per (family, ISA) and
+/// the entries, keyed by (family name, ISA rank) for their order.
+#[derive(Default)]
+struct Registry {
+    detectors: std::collections::BTreeMap<String, TokenStream>,
+    pushes: Vec<((&'static str, usize), TokenStream)>,
+}
+
+/// One target's generated files, as they are added family by family.
+struct TargetFiles<'a> {
+    dir: &'a Path,
+    runtime_path: &'a str,
+    target: &'a crate::target::TargetDesc,
+    module: &'a syn::Ident,
+    files: TokenStream,
+    registry: &'a mut Registry,
+}
+
+impl TargetFiles<'_> {
+    /// Emits `plans` (one family's kernels for this target) into `file_name`,
+    /// includes it, and registers each kernel with its ISA's detector.
+    fn add<F: Family>(
+        &mut self,
+        file_name: &str,
+        command: &str,
+        plans: &[Plan<F>],
+    ) -> Result<(), Error> {
+        let emitted = crate::family::file::emit_file(self.target, plans, command)?;
+        crate::emit::write_if_changed(&self.dir.join(file_name), &emitted.text)?;
+        self.files.extend(quote! { include!(#file_name); });
+        for plan in plans {
+            let isa = plan.isa();
+            let detect = format_ident!("detect_{}_{}", F::NAME, isa.name());
+            self.registry
+                .detectors
+                .insert(detect.to_string(), isa.detector(&detect));
+            let rank = F::isas()
+                .iter()
+                .position(|i| i.name() == isa.name())
+                .unwrap_or(usize::MAX);
+            let push = entry(self.runtime_path, self.target, self.module, plan, &detect);
+            self.registry.pushes.push(((F::NAME, rank), push));
+        }
+        Ok(())
     }
 }
 

@@ -1,15 +1,16 @@
 //! One call from a request to a source file: what the CLI and build scripts use.
 
 use crate::emit::EmitError;
-use crate::family::f32::emit::Emitted;
 use crate::family::f32::isa::Isa;
 use crate::family::f32::planner;
 use crate::family::f32::planner::{Plan, PlanOptions};
+use crate::family::file::Emitted;
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::model as i8model;
 use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
 use crate::family::plan::PlanError;
+use crate::family::{Family, FamilyIsa, Int8, F32};
 use crate::spec::{Group, KernelSpec, Op, SpecError};
 use crate::target::{TargetDesc, TargetError};
 use std::fmt;
@@ -108,34 +109,55 @@ impl From<std::io::Error> for Error {
     }
 }
 
-/// The ISAs `choice` selects on `target`, best first.
-pub fn select_isas(target: &TargetDesc, choice: &IsaChoice) -> Result<Vec<Isa>, Error> {
-    let runs = Isa::for_target(target);
+/// The ISAs of family `F` that `choice` selects on `target` for `spec`,
+/// best first. ISAs without kernels for the format ([`Family::supports`]:
+/// sve256 for codebook formats) are passed over unless named, which is an
+/// error.
+pub fn select<F: Family>(
+    target: &TargetDesc,
+    spec: &F::Spec,
+    choice: &IsaChoice,
+) -> Result<Vec<F::Isa>, Error> {
+    let supported = || {
+        F::isas()
+            .iter()
+            .copied()
+            .filter(|i| i.runs_on(target) && F::supports(i, spec).is_ok())
+    };
     Ok(match choice {
-        IsaChoice::Best => runs.into_iter().take(1).collect(),
-        IsaChoice::All => runs,
-        IsaChoice::Named(names) => {
-            let mut out = Vec::new();
-            for n in names {
-                let isa = Isa::by_name(n).ok_or_else(|| {
-                    let known: Vec<_> = crate::family::f32::isa::F32_FAMILY
-                        .iter()
-                        .map(|i| i.name)
-                        .collect();
-                    Error::Usage(format!("unknown ISA `{n}`; known: {}", known.join(", ")))
+        IsaChoice::Best => supported().take(1).collect(),
+        IsaChoice::All => supported().collect(),
+        IsaChoice::Named(names) => names
+            .iter()
+            .map(|n| {
+                let isa = F::isa_by_name(n.trim()).ok_or_else(|| {
+                    let known: Vec<_> = F::isas().iter().map(|i| i.name()).collect();
+                    Error::Usage(format!(
+                        "unknown ISA `{n}` for the {} family; known: {}",
+                        F::NAME,
+                        known.join(", ")
+                    ))
                 })?;
                 if !isa.runs_on(target) {
                     return Err(Error::Usage(format!(
-                        "ISA `{n}` needs {:?}, which target `{}` does not have",
-                        isa.feature_names(),
+                        "{} ISA `{n}` needs {:?}, which target `{}` does not have",
+                        F::NAME,
+                        isa.target_features(),
                         target.name
                     )));
                 }
-                out.push(isa);
-            }
-            out
-        }
+                F::supports(&isa, spec).map_err(Error::Usage)?;
+                Ok(isa)
+            })
+            .collect::<Result<_, _>>()?,
     })
+}
+
+/// The f32 ISAs `choice` selects on `target`, best first.
+pub fn select_isas(target: &TargetDesc, choice: &IsaChoice) -> Result<Vec<Isa>, Error> {
+    // Every f32 ISA runs every format: any spec will do.
+    let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32))?;
+    select::<F32>(target, &spec, choice)
 }
 
 /// Plans every (ISA, op) pair of the request, ISA-major.
@@ -181,9 +203,7 @@ pub fn plans_for(target: &TargetDesc, req: &Request) -> Result<Vec<Plan>, Error>
 /// Plans and emits the request's kernels as one source file.
 pub fn generate(target: &TargetDesc, req: &Request, command: &str) -> Result<Emitted, Error> {
     let plans = plans_for(target, req)?;
-    Ok(crate::family::f32::emit::emit_file(
-        target, &plans, command,
-    )?)
+    Ok(crate::family::file::emit_file(target, &plans, command)?)
 }
 
 /// What to generate for the int8 family on one target.
@@ -220,42 +240,13 @@ impl I8Request {
 }
 
 /// The int8 ISAs `choice` selects on `target` for `spec`'s format, best
-/// first. ISAs without kernels for the format (sve256 for codebook formats)
-/// are passed over unless named, which is an error.
+/// first (see [`select`]).
 pub fn select_i8_isas(
     target: &TargetDesc,
     spec: &I8Spec,
     choice: &IsaChoice,
 ) -> Result<Vec<I8Isa>, Error> {
-    let supported = || {
-        I8Isa::for_target(target)
-            .into_iter()
-            .filter(|i| i.supports(spec).is_ok())
-    };
-    Ok(match choice {
-        IsaChoice::Best => supported().take(1).collect(),
-        IsaChoice::All => supported().collect(),
-        IsaChoice::Named(names) => names
-            .iter()
-            .map(|n| {
-                let isa = I8Isa::by_name(n.trim()).ok_or_else(|| {
-                    let known: Vec<_> = crate::family::int8::isa::I8_FAMILY
-                        .iter()
-                        .map(|i| i.name)
-                        .collect();
-                    Error::Usage(format!("unknown int8 ISA `{n}` ({})", known.join(", ")))
-                })?;
-                if !isa.runs_on(target) {
-                    return Err(Error::Usage(format!(
-                        "int8 ISA `{n}` needs {:?}, which `{}` does not have",
-                        isa.requires, target.name
-                    )));
-                }
-                isa.supports(spec).map_err(Error::Usage)?;
-                Ok(isa)
-            })
-            .collect::<Result<_, _>>()?,
-    })
+    select::<Int8>(target, spec, choice)
 }
 
 /// Plans every (ISA, op) pair of the int8 request, ISA-major, GEMV first.

@@ -361,14 +361,13 @@ fn gen(args: &GenArgs) -> Result<(), Error> {
         // The int8 family: GEMV and a GEMM sharing its layout.
         let plans = kgen::plans_for_i8(&target, &i8_request(&args.spec, format, ops))?;
         print_notes(plans.iter().flat_map(|p| &p.notes));
-        let text = kgen::family::int8::emit::emit_file(&target, &plans, &command_line())?;
-        let names: Vec<String> = plans.iter().map(I8Plan::kernel_name).collect();
-        return write_output(args, &text, &names);
+        let out = kgen::family::file::emit_file(&target, &plans, &command_line())?;
+        return write_output(args, &out.text, &out.kernels);
     }
     let req = request(&args.spec, ops)?;
     let plans = kgen::plans_for(&target, &req)?;
     print_notes(plans.iter().flat_map(|p| &p.notes));
-    let out = kgen::family::f32::emit::emit_file(&target, &plans, &command_line())?;
+    let out = kgen::family::file::emit_file(&target, &plans, &command_line())?;
     write_output(args, &out.text, &out.kernels)
 }
 
@@ -478,7 +477,7 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
         p.target,
         p.isa,
         p.lanes,
-        p.register_limit
+        p.registers.limit
     );
     let levels = if p.spec.codebook() {
         "4-bit codebook indices".to_string()
@@ -511,8 +510,8 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
     );
     outln!(
         "  L1 block    m_b={} t_b={}  order={:?}{}",
-        p.m_b,
-        p.t_b,
+        p.block.m_b,
+        p.block.t_b,
         p.order,
         if p.spec.op == Op::Gemv {
             ""
@@ -522,29 +521,33 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
     );
     outln!(
         "  registers   {} {} {}",
-        p.registers,
-        if p.registers <= p.register_limit {
+        p.registers.used,
+        if p.registers.used <= p.registers.limit {
             "<="
         } else {
             ">"
         },
-        p.register_limit
+        p.registers.limit
     );
     outln!(
         "  L1          8*{m_r}*{mb} + {w}*{mb}*{tb}/2 + 32*{m_r}*{tb} = {} {} {} bits ({:.1}%)",
-        p.l1_bits,
-        if p.l1_bits <= p.l1_gamma { "<=" } else { ">" },
-        p.l1_gamma,
-        100.0 * p.l1_bits as f64 / p.l1_gamma as f64,
+        p.block.lhs_bits,
+        if p.block.lhs_bits <= p.block.gamma_bits {
+            "<="
+        } else {
+            ">"
+        },
+        p.block.gamma_bits,
+        100.0 * p.block.lhs_bits as f64 / p.block.gamma_bits as f64,
         m_r = p.tile.m_r,
-        mb = p.m_b,
-        tb = p.t_b,
+        mb = p.block.m_b,
+        tb = p.block.t_b,
         w = 2 * p.spec.bits() + 1
     );
     outln!(
         "  model       {:.1} GB/s of weights, {:.1} GFLOPS on one core at {}x{}",
-        p.gbs,
-        p.gflops,
+        p.prediction.gbs,
+        p.prediction.gflops,
         p.shape.0,
         p.shape.1
     );
@@ -558,7 +561,7 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
                 c.tile.t_sub,
                 c.tile.m_r,
                 c.registers,
-                p.register_limit,
+                p.registers.limit,
                 c.gbs,
                 c.gflops
             );

@@ -27,12 +27,13 @@ use crate::family::int8::isa::I8Isa;
 use crate::family::int8::model::{self as i8model, I8Fixed};
 use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
-use crate::family::plan::TileSource;
+use crate::family::plan::{Plan as FamilyPlan, TileSource};
+use crate::family::{Family, FamilyIsa};
 use crate::generate::{Error, I8Request, IsaChoice};
 use crate::layout::f32::Layout;
 use crate::profile::{self, Measured, Profile, ProfileEntry, ProfileKey};
 use crate::profile::{key_for, key_for_i8};
-use crate::registry::{detector, detector_i8, entry};
+use crate::registry::entry;
 use crate::spec::{KernelSpec, Op};
 use crate::target::TargetDesc;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -183,7 +184,7 @@ pub fn candidates_i8(
     let mut push = |p: I8Plan| {
         if !plans
             .iter()
-            .any(|q| (q.tile, q.m_b, q.t_b) == (p.tile, p.m_b, p.t_b))
+            .any(|q| (q.tile, q.block.m_b, q.block.t_b) == (p.tile, p.block.m_b, p.block.t_b))
         {
             plans.push(p);
         }
@@ -199,7 +200,7 @@ pub fn candidates_i8(
                 }
             }
             if let Ok(pick) = i8model::plan(spec, isa, target, shape) {
-                let (m_b, t_b, tw) = (pick.m_b, pick.t_b, pick.lanes * pick.tile.t_u);
+                let (m_b, t_b, tw) = (pick.block.m_b, pick.block.t_b, pick.lanes * pick.tile.t_u);
                 let qk = crate::format::ggml::QK;
                 let round = crate::layout::align::round_up;
                 let variants = [
@@ -243,53 +244,43 @@ fn toml_path(p: PathBuf) -> String {
     p.display().to_string().replace('\\', "/")
 }
 
-/// Writes the f32 scratch crate for `plans` into `dir`.
-fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), Error> {
-    let root = repo_root();
-    let manifest = format!(
-        "[package]\nname = \"kgen-tune-scratch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [workspace]\n\n[dependencies]\nkgen = {{ path = \"{}\", default-features = false }}\n\
-         kgen-runtime = {{ path = \"{}\" }}\n\n[profile.release]\ndebug = false\n",
-        toml_path(root.join("generator")),
-        toml_path(root.join("runtime"))
-    );
+/// Writes a scratch crate into `dir`: `manifest`, the `harness` as its
+/// main.rs, one emitted file per candidate plan, and `kernels.rs` whose
+/// `candidates()` returns one `item` (the harness's entry type) per
+/// candidate, each pushed by `push` (given the plan, its module and the
+/// name of its ISA's detection function).
+fn write_scratch_crate<F: Family>(
+    dir: &Path,
+    target: &TargetDesc,
+    plans: &[FamilyPlan<F>],
+    manifest: &str,
+    harness: &str,
+    item: TokenStream,
+    push: impl Fn(&FamilyPlan<F>, &syn::Ident, &syn::Ident) -> TokenStream,
+) -> Result<(), Error> {
     std::fs::create_dir_all(dir.join("src"))?;
     std::fs::write(dir.join("Cargo.toml"), manifest)?;
-    std::fs::write(
-        dir.join("src/main.rs"),
-        include_str!("../../templates/tune/harness.rs"),
-    )?;
-
+    std::fs::write(dir.join("src/main.rs"), harness)?;
     let mut modules = TokenStream::new();
     let mut pushes = TokenStream::new();
     let mut detectors = std::collections::BTreeMap::new();
     for (i, plan) in plans.iter().enumerate() {
         let file = format!("c{i}.rs");
-        let emitted = crate::family::f32::emit::emit_file(
-            target,
-            std::slice::from_ref(plan),
-            "kgen tune (candidate)",
-        )?;
+        let command = format!("kgen tune (candidate, family {})", F::NAME);
+        let emitted = crate::family::file::emit_file(target, std::slice::from_ref(plan), &command)?;
         std::fs::write(dir.join("src").join(&file), emitted.text)?;
         let module = format_ident!("c{}", i);
         modules.extend(quote! { pub mod #module { include!(#file); } });
-        let isa = Isa::by_name(plan.isa).expect("planned ISA");
-        let detect = format_ident!("detect_{}", isa.name);
-        detectors.insert(isa.name, detector(&isa, &detect));
-        pushes.extend(entry(
-            "::kgen_runtime",
-            target,
-            &module,
-            plan,
-            isa.arch,
-            &detect,
-        ));
+        let isa = plan.isa();
+        let detect = format_ident!("detect_{}", isa.name());
+        detectors.insert(isa.name(), isa.detector(&detect));
+        pushes.extend(push(plan, &module, &detect));
     }
     let detect_fns = detectors.values();
     let file: syn::File = syn::parse2(quote! {
         #modules
         #(#detect_fns)*
-        pub fn candidates() -> ::std::vec::Vec<::kgen_runtime::KernelEntry> {
+        pub fn candidates() -> ::std::vec::Vec<#item> {
             let mut v = ::std::vec::Vec::new();
             #pushes
             v
@@ -300,8 +291,29 @@ fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), 
     Ok(())
 }
 
-/// Writes the int8 scratch crate for `plans` into `dir`: the harness, one
-/// emitted file per candidate, and `kernels.rs` listing them as the
+/// Writes the f32 scratch crate for `plans` into `dir`: candidates are
+/// runtime `KernelEntry`s, timed through the runtime's matrix.
+fn write_scratch(dir: &Path, target: &TargetDesc, plans: &[Plan]) -> Result<(), Error> {
+    let root = repo_root();
+    let manifest = format!(
+        "[package]\nname = \"kgen-tune-scratch\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+         [workspace]\n\n[dependencies]\nkgen = {{ path = \"{}\", default-features = false }}\n\
+         kgen-runtime = {{ path = \"{}\" }}\n\n[profile.release]\ndebug = false\n",
+        toml_path(root.join("generator")),
+        toml_path(root.join("runtime"))
+    );
+    write_scratch_crate(
+        dir,
+        target,
+        plans,
+        &manifest,
+        include_str!("../../templates/tune/harness.rs"),
+        quote! { ::kgen_runtime::KernelEntry },
+        |plan, module, detect| entry("::kgen_runtime", target, module, plan, detect),
+    )
+}
+
+/// Writes the int8 scratch crate for `plans` into `dir`: candidates are the
 /// harness's `Cand` (the kernel module's constants and `run`). It depends on
 /// kgen alone, not on the runtime's matrix types.
 fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result<(), Error> {
@@ -312,65 +324,39 @@ fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result
          [profile.release]\ndebug = false\n",
         toml_path(root.join("generator")),
     );
-    std::fs::create_dir_all(dir.join("src"))?;
-    std::fs::write(dir.join("Cargo.toml"), manifest)?;
-    std::fs::write(
-        dir.join("src/main.rs"),
+    write_scratch_crate(
+        dir,
+        target,
+        plans,
+        &manifest,
         include_str!("../../templates/tune/harness_i8.rs"),
-    )?;
-    let mut modules = TokenStream::new();
-    let mut pushes = TokenStream::new();
-    let mut detectors = std::collections::BTreeMap::new();
-    for (i, plan) in plans.iter().enumerate() {
-        let file = format!("c{i}.rs");
-        let text = crate::family::int8::emit::emit_file(
-            target,
-            std::slice::from_ref(plan),
-            "kgen tune --format (candidate)",
-        )?;
-        std::fs::write(dir.join("src").join(&file), text)?;
-        let module = format_ident!("c{}", i);
-        modules.extend(quote! { pub mod #module { include!(#file); } });
-        let isa = I8Isa::by_name(plan.isa).expect("planned ISA");
-        let detect = format_ident!("detect_{}", isa.name);
-        detectors.insert(isa.name, detector_i8(&isa, &detect));
-        let k = format_ident!("{}", plan.kernel_name());
-        let tag = plan.spec.format.tag;
-        let cfg = crate::emit::arch_cfg(isa.arch);
-        pushes.extend(quote! {
-            #cfg
-            {
-                use #module::#k as k;
-                v.push(super::Cand {
-                    name: k::NAME,
-                    format: #tag,
-                    lanes: k::LANES,
-                    t_u: k::T_U,
-                    m_r: k::M_R,
-                    m_b: k::M_B,
-                    t_b: k::T_B,
-                    group_bytes: k::GROUP_BYTES,
-                    signed: k::SIGNED,
-                    row_pairs: k::ROW_PAIRS,
-                    detect: #detect,
-                    run: k::run,
-                });
+        quote! { super::Cand },
+        |plan, module, detect| {
+            let k = format_ident!("{}", plan.kernel_name());
+            let tag = plan.spec.format.tag;
+            let cfg = crate::emit::arch_cfg(plan.isa().arch);
+            quote! {
+                #cfg
+                {
+                    use #module::#k as k;
+                    v.push(super::Cand {
+                        name: k::NAME,
+                        format: #tag,
+                        lanes: k::LANES,
+                        t_u: k::T_U,
+                        m_r: k::M_R,
+                        m_b: k::M_B,
+                        t_b: k::T_B,
+                        group_bytes: k::GROUP_BYTES,
+                        signed: k::SIGNED,
+                        row_pairs: k::ROW_PAIRS,
+                        detect: #detect,
+                        run: k::run,
+                    });
+                }
             }
-        });
-    }
-    let detect_fns = detectors.values();
-    let file: syn::File = syn::parse2(quote! {
-        #modules
-        #(#detect_fns)*
-        pub fn candidates() -> ::std::vec::Vec<super::Cand> {
-            let mut v = ::std::vec::Vec::new();
-            #pushes
-            v
-        }
-    })
-    .map_err(|e| Error::Emit(crate::emit::EmitError(format!("tune registry: {e}"))))?;
-    std::fs::write(dir.join("src/kernels.rs"), prettyplease::unparse(&file))?;
-    Ok(())
+        },
+    )
 }
 
 /// The profile's entry for `key`, if it answers without measuring.
@@ -692,8 +678,8 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
             "GEMM tiles on the GEMV layout {} (t_u={} m_b={} t_b={}) from {}",
             gemv.layout_name(),
             gemv.tile.t_u,
-            gemv.m_b,
-            gemv.t_b,
+            gemv.block.m_b,
+            gemv.block.t_b,
             gemv.source.describe()
         ));
     }
@@ -716,7 +702,9 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
             (pick.candidates.clone(), pick)
         }
     };
-    let is_pick = |p: &I8Plan| (p.tile, p.m_b, p.t_b) == (pick.tile, pick.m_b, pick.t_b);
+    let is_pick = |p: &I8Plan| {
+        (p.tile, p.block.m_b, p.block.t_b) == (pick.tile, pick.block.m_b, pick.block.t_b)
+    };
     let model_rank = |p: &I8Plan| {
         ranked
             .iter()
@@ -746,7 +734,7 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
             let p = &plans[i];
             format!(
                 "t_u={} t_sub={} m_r={} m_b={} t_b={}",
-                p.tile.t_u, p.tile.t_sub, p.tile.m_r, p.m_b, p.t_b
+                p.tile.t_u, p.tile.t_sub, p.tile.m_r, p.block.m_b, p.block.t_b
             )
         },
     )?;
@@ -759,13 +747,13 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
                 t_u: p.tile.t_u,
                 t_sub: Some(p.tile.t_sub),
                 m_r: p.tile.m_r,
-                m_b: p.m_b,
-                t_b: p.t_b,
+                m_b: p.block.m_b,
+                t_b: p.block.t_b,
                 median_s: s,
                 gbs: bytes / s / 1e9,
                 gflops: flops / s / 1e9,
                 model_rank: model_rank(p),
-                model_gbs: p.gbs,
+                model_gbs: p.prediction.gbs,
                 model_pick: is_pick(p),
             })
         })

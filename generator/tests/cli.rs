@@ -48,19 +48,21 @@ fn plan_format_json_has_the_int8_plan() {
     }
     assert_eq!(p["tile"]["m_r"], 1);
     assert_eq!(p["lanes"], 16);
-    for f in [
-        "m_b",
-        "t_b",
-        "registers",
-        "register_limit",
-        "l1_bits",
-        "l1_gamma",
+    // The plan type every family shares: block, registers, prediction.
+    for (o, f) in [
+        ("block", "m_b"),
+        ("block", "t_b"),
+        ("block", "lhs_bits"),
+        ("block", "gamma_bits"),
+        ("registers", "used"),
+        ("registers", "limit"),
     ] {
-        assert!(p[f].as_u64().unwrap() > 0, "{f} in {p}");
+        assert!(p[o][f].as_u64().unwrap() > 0, "{o}.{f} in {p}");
     }
-    assert!(p["registers"].as_u64() <= p["register_limit"].as_u64());
-    assert!(p["l1_bits"].as_u64() <= p["l1_gamma"].as_u64());
-    assert!(p["gbs"].as_f64().unwrap() > 0.0 && p["gflops"].as_f64().unwrap() > 0.0);
+    assert!(p["registers"]["used"].as_u64() <= p["registers"]["limit"].as_u64());
+    assert!(p["block"]["lhs_bits"].as_u64() <= p["block"]["gamma_bits"].as_u64());
+    let (gbs, gflops) = (&p["prediction"]["gbs"], &p["prediction"]["gflops"]);
+    assert!(gbs.as_f64().unwrap() > 0.0 && gflops.as_f64().unwrap() > 0.0);
     assert_eq!(p["source"], "Model");
     let cands = p["candidates"].as_array().unwrap();
     assert!(cands.len() > 1);

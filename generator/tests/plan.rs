@@ -283,7 +283,7 @@ fn int8_fixed_tiles_are_used_or_refused_with_reasons() {
         Some(&fixed(tile(1, 1, 1), Some((256, 64)))),
     )
     .unwrap();
-    assert_eq!((p.tile, p.m_b, p.t_b), (tile(1, 1, 1), 256, 64));
+    assert_eq!((p.tile, p.block.m_b, p.block.t_b), (tile(1, 1, 1), 256, 64));
     assert_eq!(p.source, TileSource::Profile("p.toml".into()));
     for (bad, block, why) in [
         (tile(9, 9, 1), None, "t_u must be one of"),
@@ -298,10 +298,16 @@ fn int8_fixed_tiles_are_used_or_refused_with_reasons() {
     // GEMMs keep the GEMV's layout: a tile measured on another is refused.
     let gemm = model::plan_gemm_sharing(&pick, 32, &t);
     assert_eq!(gemm.candidates[0].tile, gemm.tile);
-    let other = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b + 32, pick.t_b)));
+    let other = fixed(
+        tile(pick.tile.t_u, 1, 2),
+        Some((pick.block.m_b + 32, pick.block.t_b)),
+    );
     let e = model::plan_gemm_with(&pick, 32, &t, Some(&other)).unwrap_err();
     assert!(e.to_string().contains("layout"), "{e}");
-    let same = fixed(tile(pick.tile.t_u, 1, 2), Some((pick.m_b, pick.t_b)));
+    let same = fixed(
+        tile(pick.tile.t_u, 1, 2),
+        Some((pick.block.m_b, pick.block.t_b)),
+    );
     let g = model::plan_gemm_with(&pick, 32, &t, Some(&same)).unwrap();
     assert_eq!((g.tile.t_sub, g.tile.m_r), (1, 2));
 }

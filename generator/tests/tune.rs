@@ -123,12 +123,14 @@ fn tiny_int8_tune_keys_by_format_and_feeds_generation() {
     r.profiles = kgen::profile::files_in(dir.path());
     let plans = kgen::plans_for_i8(&target, &r).unwrap();
     assert_eq!(plans[0].tile, v.i8_tile());
-    assert_eq!((plans[0].m_b, plans[0].t_b), (v.m_b, v.t_b));
+    assert_eq!((plans[0].block.m_b, plans[0].block.t_b), (v.m_b, v.t_b));
     assert_eq!(plans[1].tile, g.winner().unwrap().i8_tile());
     assert!(plans
         .iter()
         .all(|p| matches!(p.source, TileSource::Profile(_))));
-    let text = kgen::family::int8::emit::emit_file(&target, &plans, "test").unwrap();
+    let text = kgen::family::file::emit_file(&target, &plans, "test")
+        .unwrap()
+        .text;
     assert_eq!(text.matches("tile from: tuning profile").count(), 2);
 
     let report = kgen::tune::report(dir.path()).unwrap();

@@ -1,6 +1,8 @@
-//! What every family's emitter shares: the error type, writing files only
-//! when they change, the `cfg` / `target_feature` attributes, and copying a
-//! template's items into a kernel module.
+//! What every family's emitter shares below the family level: the error
+//! type, writing files only when they change, the `cfg` / `target_feature`
+//! attributes, run-time feature detection, and copying a template's items
+//! into a kernel module. The emitted file and its header, written against
+//! the family trait, are [`crate::family::file`].
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -86,4 +88,25 @@ pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn
             item
         })
         .collect()
+}
+
+/// A run-time detection function for `features` on `arch` (always true for
+/// the portable ISA).
+pub(crate) fn detector_for(
+    arch: Option<crate::target::Arch>,
+    features: &[&str],
+    name: &syn::Ident,
+) -> TokenStream {
+    use crate::target::Arch;
+    match arch {
+        None => quote! { fn #name() -> bool { true } },
+        Some(Arch::X86_64) => quote! {
+            #[cfg(target_arch = "x86_64")]
+            fn #name() -> bool { #(::std::arch::is_x86_feature_detected!(#features))&&* }
+        },
+        Some(Arch::Aarch64) => quote! {
+            #[cfg(target_arch = "aarch64")]
+            fn #name() -> bool { #(::std::arch::is_aarch64_feature_detected!(#features))&&* }
+        },
+    }
 }

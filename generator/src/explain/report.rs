@@ -74,7 +74,7 @@ fn rows_of(family: &'static str, text: &str, k: KPerIter, kernels: Vec<Planned>)
 
 /// The f32 family's kernels of `plans`, emitted as `kgen` would and counted.
 pub fn f32_rows(target: &TargetDesc, plans: &[Plan]) -> Result<Vec<Row>, crate::Error> {
-    let out = crate::family::f32::emit::emit_file(target, plans, "kgen plan --explain")?;
+    let out = crate::family::file::emit_file(target, plans, "kgen plan --explain")?;
     let kernels = plans
         .iter()
         .map(|p| Planned {
@@ -110,7 +110,7 @@ pub fn int8_rows(
 /// The int8 family's kernels of `plans` (all for `target`), emitted as
 /// `kgen --format` would and counted.
 pub fn i8_plan_rows(target: &TargetDesc, plans: &[I8Plan]) -> Result<Vec<Row>, crate::Error> {
-    let text = crate::family::int8::emit::emit_file(target, plans, "kgen plan --explain")?;
+    let text = crate::family::file::emit_file(target, plans, "kgen plan --explain")?.text;
     let kernels = plans
         .iter()
         .map(|p| Planned {

@@ -4,7 +4,7 @@ use super::*;
 use quote::ToTokens;
 use std::collections::{BTreeMap, BTreeSet};
 use syn::visit::{self, Visit};
-use syn::{Block, Expr, Item, Stmt};
+use syn::{Block, Expr, Item, ItemFn, Stmt};
 
 /// The K values one iteration of a block loop consumes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,6 +242,18 @@ pub fn count_kernel(file: &syn::File, site: &Site) -> Result<KernelOps, OpCountE
             _ => None,
         })
         .ok_or_else(|| OpCountError(format!("no fn `{}` in `{}`", site.micro, site.module)))?;
+    count_micro(&prims, micro, site)
+}
+
+/// Counts the block loop of the micro kernel `micro` whose `ops` module
+/// has the primitives `prims` ([`primitives`]): what [`count_kernel`] does
+/// once it has found them, for callers that count many micro kernels of one
+/// template (the int8 model ranking tiles).
+pub fn count_micro(
+    prims: &BTreeMap<String, Primitive>,
+    micro: &ItemFn,
+    site: &Site,
+) -> Result<KernelOps, OpCountError> {
     let mut out = KernelOps {
         module: site.module.to_string(),
         micro: site.micro.to_string(),

@@ -75,7 +75,7 @@ use body::*;
 pub use body::{primitives, Primitive};
 use classify::*;
 
-pub use kernel::{count_kernel, parse, KPerIter, KernelOps, Site};
+pub use kernel::{count_kernel, count_micro, parse, KPerIter, KernelOps, Site};
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Mul};

@@ -22,3 +22,183 @@ pub mod isa;
 pub mod model;
 pub mod plan;
 pub mod spec;
+
+use crate::emit::EmitError;
+use crate::family::plan::Plan;
+use crate::family::{Family, FamilyIsa, Footprint, TileGeometry};
+use crate::spec::Op;
+use crate::target::{Arch, TargetDesc};
+use isa::I8Isa;
+use plan::{I8Candidate, I8Prediction, I8Tile, RegisterCount};
+use proc_macro2::TokenStream;
+use quote::quote;
+use spec::I8Spec;
+
+/// The int8 family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Int8;
+
+impl FamilyIsa for I8Isa {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn arch(&self) -> Option<Arch> {
+        self.arch
+    }
+    fn target_features(&self) -> Vec<&'static str> {
+        self.features.to_vec()
+    }
+    fn runs_on(&self, t: &TargetDesc) -> bool {
+        I8Isa::runs_on(self, t)
+    }
+    fn lanes(&self) -> usize {
+        self.lanes
+    }
+    fn registers(&self) -> usize {
+        self.registers
+    }
+    fn template_path(&self) -> &'static str {
+        self.template_path
+    }
+    /// Its features and, for SVE kernels written for one vector length,
+    /// that length (read with `rdvl` only once SVE is known to be there).
+    fn detector(&self, name: &syn::Ident) -> TokenStream {
+        let Some(bits) = self.sve_bits else {
+            return crate::emit::detector_for(self.arch, self.features, name);
+        };
+        let features = self.features;
+        let bytes = proc_macro2::Literal::u64_unsuffixed(u64::from(bits / 8));
+        quote! {
+            #[cfg(target_arch = "aarch64")]
+            fn #name() -> bool {
+                #(::std::arch::is_aarch64_feature_detected!(#features))&&* && {
+                    let bytes: u64;
+                    // SAFETY: SVE is present (checked above), so RDVL exists; it
+                    // only writes the vector length in bytes to a register.
+                    unsafe {
+                        ::std::arch::asm!(
+                            ".arch_extension sve",
+                            "rdvl {b}, #1",
+                            b = out(reg) bytes,
+                            options(pure, nomem, nostack, preserves_flags),
+                        );
+                    }
+                    bytes == #bytes
+                }
+            }
+        }
+    }
+}
+
+impl Family for Int8 {
+    const NAME: &'static str = "int8";
+    type Isa = I8Isa;
+    type Spec = I8Spec;
+    type Tile = I8Tile;
+    type Registers = RegisterCount;
+    type Prediction = I8Prediction;
+    type Candidate = I8Candidate;
+
+    fn isas() -> &'static [I8Isa] {
+        isa::I8_FAMILY
+    }
+
+    fn supports(isa: &I8Isa, spec: &I8Spec) -> Result<(), String> {
+        isa.supports(spec)
+    }
+
+    fn op(spec: &I8Spec) -> Op {
+        spec.op
+    }
+
+    fn format_tag(spec: &I8Spec) -> String {
+        spec.format_tag()
+    }
+
+    fn entry_format(spec: &I8Spec) -> String {
+        spec.format_tag()
+    }
+
+    fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> RegisterCount {
+        RegisterCount {
+            used: model::registers(spec, isa, tile),
+            limit: isa.registers,
+        }
+    }
+
+    fn rank_tiles(
+        spec: &I8Spec,
+        isa: &I8Isa,
+        target: &TargetDesc,
+        shape: (usize, usize),
+    ) -> Vec<I8Candidate> {
+        model::rank_tiles(spec, isa, target, shape)
+    }
+
+    /// int8 activations, f32 outputs, weights with their f16 scale per
+    /// 32-value block (`bits + 0.5` per value), in whole blocks along K.
+    fn footprint(spec: &I8Spec) -> Footprint {
+        Footprint {
+            act_bytes: 1,
+            weight_half_bits: 2 * u64::from(spec.bits()) + 1,
+            k_granule: crate::format::ggml::QK,
+        }
+    }
+
+    /// `m_r` rows by `t_sub` column groups of `lanes`; the block loop takes
+    /// one 32-value block, so no K unroll.
+    fn geometry(isa: &I8Isa, tile: I8Tile) -> TileGeometry {
+        TileGeometry {
+            rows: tile.m_r,
+            cols: tile.t_sub * isa.lanes,
+            layout_cols: tile.t_u * isa.lanes,
+            k_unroll: 1,
+        }
+    }
+
+    fn predict(
+        spec: &I8Spec,
+        isa: &I8Isa,
+        target: &TargetDesc,
+        tile: I8Tile,
+        shape: (usize, usize),
+    ) -> I8Prediction {
+        let (gbs, gflops) = model::predict(spec, isa, target, tile, shape.0, shape.1);
+        I8Prediction { gbs, gflops }
+    }
+
+    fn emit_kernel(plan: &Plan<Int8>) -> Result<TokenStream, EmitError> {
+        emit::kernel_module(plan)
+    }
+
+    fn target_line(target: &TargetDesc) -> String {
+        format!(
+            "{} ({}; {})",
+            target.name,
+            target.description,
+            target.arch.cfg_name()
+        )
+    }
+
+    fn file_notes(_: &TargetDesc) -> Vec<String> {
+        vec![
+            "family: int8 activations (Q8_0-like, per 32-block), symmetric weights with f16 scales"
+                .to_string(),
+        ]
+    }
+
+    fn describe(plan: &Plan<Int8>) -> Vec<String> {
+        emit::describe(plan)
+    }
+
+    fn entry_params(rt: &syn::Path) -> TokenStream {
+        quote! {
+            #rt::FamilyParams::Int8(#rt::Int8Params {
+                group_bytes: k::GROUP_BYTES,
+                signed: k::SIGNED,
+                row_pairs: k::ROW_PAIRS,
+                run: k::run,
+            })
+        }
+    }
+}

@@ -4,7 +4,9 @@
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::plan::{I8Candidate, I8Plan, I8Tile};
 use crate::family::int8::spec::I8Spec;
-use crate::family::plan::{BlockOrder, PlanError, TileSource};
+use crate::family::int8::Int8;
+use crate::family::plan::{BlockOrder, L1Block, PlanError, TileSource};
+use crate::family::{search, Family};
 use crate::format::ggml::QK;
 use crate::layout::align::round_up;
 use crate::spec::Op;
@@ -147,13 +149,6 @@ fn five_bit_block_ops(isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
     (unpack + dots + fold, loads, dots / isa.dot_uops)
 }
 
-/// eq. 5 for this family, in bits: int8 activations, weights with their
-/// f16 scale (bits + 0.5 per value), f32 outputs, for m_r rows.
-pub fn l1_bits(spec: &I8Spec, m_r: usize, m_b: usize, t_b: usize) -> u64 {
-    let (m_r, m_b, t_b) = (m_r as u64, m_b as u64, t_b as u64);
-    8 * m_r * m_b + (2 * spec.bits() as u64 + 1) * m_b * t_b / 2 + 32 * m_r * t_b
-}
-
 /// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
 pub fn predict(
     spec: &I8Spec,
@@ -276,42 +271,6 @@ fn rank(all: &mut [I8Candidate], pick: Option<I8Tile>, key: impl Fn(&I8Candidate
     });
 }
 
-/// The fullest L1 block (eq. 5 for this family) with balanced traffic for
-/// `tile`: `(lhs bits, m_b, t_b)`.
-pub fn l1_block(
-    spec: &I8Spec,
-    isa: &I8Isa,
-    t: &TargetDesc,
-    tile: I8Tile,
-    shape: (usize, usize),
-) -> Result<(u64, usize, usize), PlanError> {
-    let gamma = t.cache.l1d * 8;
-    let tw = isa.lanes * tile.t_u;
-    let max_m_b = round_up(shape.0.max(1), QK);
-    let mut blocks = Vec::new();
-    for tiles in 1..=64usize.min(round_up(shape.1.max(1), tw) / tw) {
-        let t_b = tiles * tw;
-        let mut m_b = 0;
-        while m_b + QK <= max_m_b && l1_bits(spec, tile.m_r, m_b + QK, t_b) <= gamma {
-            m_b += QK;
-        }
-        if m_b > 0 {
-            blocks.push((l1_bits(spec, tile.m_r, m_b, t_b), m_b, t_b));
-        }
-    }
-    let max_lhs = blocks.iter().map(|b| b.0).max().unwrap_or(0);
-    let traffic = |&(_, m_b, t_b): &(u64, usize, usize)| {
-        let (m_r, m_b, t_b) = (tile.m_r as f64, m_b as f64, t_b as f64);
-        (m_r * m_b + 8.0 * m_r * t_b) / (m_b * t_b * (2.0 * spec.bits() as f64 + 1.0) / 16.0)
-    };
-    blocks
-        .iter()
-        .filter(|b| b.0 as f64 >= 0.97 * max_lhs as f64)
-        .min_by(|a, b| traffic(a).total_cmp(&traffic(b)).then(b.0.cmp(&a.0)))
-        .copied()
-        .ok_or_else(|| PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024)))
-}
-
 /// Plans an int8 kernel: the fastest register-feasible tile by the model,
 /// ties to wider tiles, then the fullest L1 block (eq. 5 for this family)
 /// with balanced traffic, as for the f32 family.
@@ -341,7 +300,6 @@ pub fn plan_with(
     }
     isa.supports(spec).map_err(PlanError)?;
     let candidates = rank_tiles(spec, isa, t, shape);
-    let gamma = t.cache.l1d * 8;
     let (tile, source) = match fixed {
         None => (
             candidates
@@ -361,40 +319,20 @@ pub fn plan_with(
             (f.tile, f.source.clone())
         }
     };
-    let (lhs, m_b, t_b) = match fixed.and_then(|f| f.block) {
-        None => l1_block(spec, isa, t, tile, shape)?,
-        Some((m_b, t_b)) => {
-            let tw = isa.lanes * tile.t_u;
-            let lhs = l1_bits(spec, tile.m_r, m_b, t_b);
-            if m_b == 0 || t_b == 0 || !m_b.is_multiple_of(QK) || !t_b.is_multiple_of(tw) {
-                return Err(PlanError(format!(
-                    "blocks m_b={m_b} t_b={t_b}: m_b must be whole 32-blocks and t_b whole {tw}-column tiles"
-                )));
-            }
-            if lhs > gamma {
-                return Err(PlanError(format!(
-                    "blocks m_b={m_b} t_b={t_b} take {lhs} L1 bits, over the {gamma} of {}",
-                    t.name
-                )));
-            }
-            (lhs, m_b, t_b)
-        }
+    let block = match fixed.and_then(|f| f.block) {
+        None => search::l1_block::<Int8>(spec, isa, t, tile, shape)
+            .ok_or_else(|| PlanError(format!("no L1 block fits {} KiB", t.cache.l1d / 1024)))?,
+        Some(b) => search::fixed_block::<Int8>(spec, isa, t, tile, b)?,
     };
-    let (gbs, gflops) = predict(spec, isa, t, tile, shape.0, shape.1);
     Ok(I8Plan {
         target: t.name.clone(),
         isa: isa.name,
         spec: *spec,
         lanes: isa.lanes,
         tile,
-        m_b,
-        t_b,
-        registers: registers(spec, isa, tile),
-        register_limit: isa.registers,
-        l1_bits: lhs,
-        l1_gamma: gamma,
-        gbs,
-        gflops,
+        block,
+        registers: Int8::registers(spec, isa, tile),
+        prediction: Int8::predict(spec, isa, t, tile, shape),
         order: BlockOrder::Panel,
         source,
         shape,
@@ -513,7 +451,7 @@ pub fn plan_gemm_with(
     let (tile, source) = match fixed {
         None => (candidates[0].tile, TileSource::Model),
         Some(f) => {
-            let layout = (gemv.tile.t_u, gemv.m_b, gemv.t_b);
+            let layout = (gemv.tile.t_u, gemv.block.m_b, gemv.block.t_b);
             if let Some((m_b, t_b)) = f.block {
                 if (f.tile.t_u, m_b, t_b) != layout {
                     return Err(PlanError(format!(
@@ -532,14 +470,14 @@ pub fn plan_gemm_with(
             (f.tile, f.source.clone())
         }
     };
-    let (gbs, gflops) = predict(&spec, &isa, t, tile, 4096, 4096);
+    let (m_b, t_b) = (gemv.block.m_b, gemv.block.t_b);
+    let lhs = Int8::footprint(&spec).bits(tile.m_r, m_b, t_b);
     Ok(I8Plan {
         spec,
         tile,
-        registers: registers(&spec, &isa, tile),
-        l1_bits: l1_bits(&spec, tile.m_r, gemv.m_b, gemv.t_b),
-        gbs,
-        gflops,
+        registers: Int8::registers(&spec, &isa, tile),
+        block: L1Block::new(m_b, t_b, lhs, gemv.block.gamma_bits),
+        prediction: Int8::predict(&spec, &isa, t, tile, (4096, 4096)),
         source,
         shape: (4096, 4096),
         candidates,
