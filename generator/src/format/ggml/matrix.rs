@@ -12,7 +12,7 @@
 //!
 //! The arithmetic is that of llama.cpp's gguf-py (`gguf.quants`), which works
 //! in numpy float32; [`GgmlMatrix::dequantize`] and the quantizers reproduce
-//! it bit for bit (the tests in `runtime/tests/gguf.rs` compare against it).
+//! it bit for bit (the tests in `runtime/tests/gguf_*.rs` compare against it).
 //! Each format's codec is its own file beside this one, and its row is in
 //! [`crate::format::table`].
 
