@@ -289,7 +289,7 @@ fn int8_fixed_tiles_are_used_or_refused_with_reasons() {
         (tile(9, 9, 1), None, "t_u must be one of"),
         (tile(2, 2, 2), None, "at most 1 rows"),
         (tile(2, 1, 1), None, "whole tile"),
-        (tile(2, 2, 1), Some((100, 16)), "whole 32-blocks"),
+        (tile(2, 2, 1), Some((100, 16)), "a multiple of 32"),
         (tile(2, 2, 1), Some((32 * 1024, 16)), "L1 bits"),
     ] {
         let e = model::plan_with(&spec, &isa, &t, shape, Some(&fixed(bad, block))).unwrap_err();
