@@ -542,7 +542,7 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
         m_r = p.tile.m_r,
         mb = p.block.m_b,
         tb = p.block.t_b,
-        w = 2 * p.spec.bits() + 1
+        w = <kgen::family::Int8 as kgen::family::Family>::footprint(&p.spec).weight_half_bits
     );
     outln!(
         "  model       {:.1} GB/s of weights, {:.1} GFLOPS on one core at {}x{}",

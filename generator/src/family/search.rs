@@ -60,22 +60,6 @@ pub fn l1_block<F: Family>(
         })
 }
 
-/// [`l1_block`], or why none fits.
-pub fn require_l1_block<F: Family>(
-    spec: &F::Spec,
-    isa: &F::Isa,
-    target: &TargetDesc,
-    tile: F::Tile,
-    shape: (usize, usize),
-) -> Result<L1Block, PlanError> {
-    l1_block::<F>(spec, isa, target, tile, shape).ok_or_else(|| {
-        PlanError(format!(
-            "tile {tile:?} leaves no L1 block that satisfies eq. 5 in {} KiB",
-            target.cache.l1d / 1024
-        ))
-    })
-}
-
 /// Checks caller-given blocks (a tuning profile's measured choice) against
 /// eq. 5 and the layout's divisibility rules.
 pub fn fixed_block<F: Family>(
