@@ -1,34 +1,70 @@
 //! A small persistent thread pool for splitting kernel calls across cores.
 //!
-//! [`Pool::run`] hands out `tasks` indices in static contiguous chunks, one
-//! per thread; the calling thread is thread 0 and does the first chunk itself,
-//! so a pool of `threads` has `threads - 1` worker threads. Workers park on a
+//! Two ways to share out an index space `0..tasks`:
+//!
+//! * [`Pool::run`] hands out static contiguous chunks, one per thread; the
+//!   calling thread is thread 0 and does the first chunk itself;
+//! * [`Pool::run_chunks`] lets the threads (caller included) claim indices
+//!   one at a time from a shared atomic counter (`fetch_add`), as llama.cpp
+//!   does, until none are left. A thread slowed down by another process on
+//!   its core then simply claims fewer chunks, instead of holding back the
+//!   whole call with a fixed share. Once the caller finds every index
+//!   claimed it withdraws the job, so a worker that has not taken it by then
+//!   (parked, or waiting for a core) does not hold the call either: the
+//!   caller waits only for the workers that did take it.
+//!
+//! A pool of `threads` has `threads - 1` worker threads. Workers park on a
 //! condition variable between calls; nothing is spawned per call.
 //!
 //! # Safety argument
 //!
-//! `run` takes `f: &(dyn Fn(usize) + Sync)` that may borrow the caller's stack,
-//! and publishes it to the workers as a lifetime-erased raw pointer. That is
-//! sound because `run` does not return (nor unwind) before every worker that
-//! was given the job has signalled, under the state mutex, that it is done
-//! with it:
+//! Both take `f: &(dyn Fn(usize) + Sync)` that may borrow the caller's stack,
+//! and publish it to the workers as a lifetime-erased raw pointer. That is
+//! sound because neither returns (nor unwinds) while any worker may still
+//! use it. `remaining` (in the state mutex) counts the workers the caller
+//! must still wait for:
 //!
-//! * the job is published together with `remaining = participating workers`
-//!   under the mutex; each participating worker copies it, calls `f` outside
-//!   the lock, then decrements `remaining` under the mutex and never touches
-//!   the pointer again (it goes back to waiting for a newer epoch);
-//! * `run` executes its own chunk inside `catch_unwind`, then waits on the
-//!   condition variable until `remaining == 0`, clears the pointer and only
+//! * a worker takes the job only under the mutex, by copying it out of
+//!   `State::job`; it calls `f` outside the lock, then decrements
+//!   `remaining` under the mutex and never touches the pointer again (it
+//!   goes back to waiting for a newer epoch);
+//! * [`Pool::run`] publishes the job with `remaining = participating
+//!   workers`, so the caller waits for every one of them, taken or not;
+//! * [`Pool::run_chunks`] publishes it with `remaining = 0`, and a worker
+//!   that takes it increments `remaining` in the same critical section, so
+//!   `remaining` counts exactly the workers holding the job. Once the
+//!   caller's own claim loop ends (every index is claimed), it withdraws the
+//!   job (`State::job = None`) under the mutex, so that workers that have not
+//!   taken it by then never will and need not be waited for;
+//! * the caller executes its own share inside `catch_unwind`, then waits on
+//!   the condition variable until `remaining == 0` and, in that same critical
+//!   section, clears the job (so no worker can take it afterwards), and only
 //!   then returns or resumes a panic. Worker tasks are also run inside
-//!   `catch_unwind`, so a panicking task still decrements `remaining`;
+//!   `catch_unwind`, so a panicking task still decrements `remaining`. Under
+//!   `run_chunks` each claimed index is run inside its own `catch_unwind`, so
+//!   a panic never stops a thread's claim loop, and the caller's loop ends
+//!   only when every index is claimed;
+//! * when the caller sees `remaining == 0` after its own claim loop, every
+//!   index has run:
+//!   an index is claimed either by the caller, or by a worker that took the
+//!   job, which decrements `remaining` only after its claim loop;
+//! * the claim counter lives in the pool's shared state, not on the caller's
+//!   stack, and is reset under the mutex before a job is published. A worker
+//!   touches it only between taking a job and its `remaining` decrement, so
+//!   no claim of one job can reach into the next, which the caller publishes
+//!   only after `remaining == 0`. `fetch_add` is one atomic read-modify-write,
+//!   so each index below `tasks` goes to exactly one thread; the counter
+//!   stops at most `threads` past `tasks` (each thread overshoots once before
+//!   it stops), and `run_chunks` refuses index spaces where that could wrap;
 //! * no user code runs while the state mutex is held, so the mutex cannot be
 //!   poisoned by a task; poisoning is nevertheless tolerated (`into_inner`),
 //!   so waiting can never be cut short by a panic elsewhere;
-//! * concurrent `run` calls on one pool (it is `Sync`) are serialized by a
-//!   second mutex, and a `run` nested inside a task (same or worker thread)
-//!   executes inline instead of waiting for itself;
+//! * concurrent calls on one pool (it is `Sync`) are serialized by a second
+//!   mutex, and a call nested inside a task (same or worker thread) executes
+//!   inline instead of waiting for itself;
 //! * `f` is `Sync`, so calling it from several threads at once is allowed, and
-//!   the mutex hand-offs order everything the tasks wrote before `run` returns.
+//!   the mutex hand-offs order everything the tasks wrote before the call
+//!   returns.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -47,6 +83,15 @@ use std::thread::JoinHandle;
 type Task = dyn Fn(usize) + Sync;
 type Payload = Box<dyn Any + Send + 'static>;
 
+/// How a job's index space is shared out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// One contiguous chunk per participating thread ([`chunk`]).
+    Static,
+    /// Indices claimed one at a time from `Shared::next`.
+    Claim,
+}
+
 /// A published job: the erased closure and how the index space is split.
 #[derive(Clone, Copy)]
 struct Job {
@@ -54,6 +99,7 @@ struct Job {
     tasks: usize,
     /// Threads taking part (caller included); workers with id >= this idle.
     active: usize,
+    split: Split,
 }
 
 // SAFETY: the pointee is `Sync`, so sharing the pointer with other threads is
@@ -62,7 +108,9 @@ unsafe impl Send for Job {}
 
 struct State {
     epoch: u64,
+    /// The published job, until the caller withdraws it.
     job: Option<Job>,
+    /// Workers the caller must still wait for (see the module docs).
     remaining: usize,
     panic: Option<Payload>,
     shutdown: bool,
@@ -79,7 +127,19 @@ struct Shared {
     /// decision is then re-checked under the lock.
     epoch_hint: AtomicU64,
     remaining_hint: AtomicUsize,
+    /// The next unclaimed index of a [`Split::Claim`] job (see the module
+    /// docs); on its own cache line, away from the hints idle threads spin on.
+    next: CachePadded<AtomicUsize>,
+    /// Tests only: how long a worker waits, the lock released, before taking
+    /// a new job, as if it were parked or waiting for a core.
+    #[cfg(test)]
+    take_delay: Duration,
 }
+
+/// Keeps a hot atomic off its neighbours' cache line (128 bytes: adjacent-line
+/// prefetch pairs lines on x86, and some Arm cores have 128-byte lines).
+#[repr(align(128))]
+struct CachePadded<T>(T);
 
 /// Spins until `cond` or [`SPIN`] has passed.
 fn spin_until(cond: impl Fn() -> bool) {
@@ -99,6 +159,12 @@ thread_local! {
     /// Set while this thread runs pool tasks (as caller or worker), so a
     /// nested `run` executes inline instead of deadlocking.
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: the `take_delay` of the pools this thread creates.
+    static TAKE_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
 /// Resets `IN_POOL` on scope exit, unwinding included.
@@ -121,6 +187,43 @@ impl Drop for InPoolGuard {
 fn chunk(tasks: usize, active: usize, t: usize) -> (usize, usize) {
     let at = |t: usize| (t as u128 * tasks as u128 / active as u128) as usize;
     (at(t), at(t + 1))
+}
+
+/// Runs thread `t`'s share of a job of `tasks` indices over `active` threads:
+/// its static chunk, where a panic ends the chunk; or claims from `next`
+/// until every index is claimed, each run inside its own `catch_unwind`, so
+/// a panic never ends the loop (the module's safety argument needs that).
+/// Returns the first panic.
+fn share(
+    f: &(dyn Fn(usize) + Sync + '_),
+    split: Split,
+    tasks: usize,
+    active: usize,
+    t: usize,
+    next: &AtomicUsize,
+) -> Result<(), Payload> {
+    match split {
+        Split::Static => {
+            let (start, end) = chunk(tasks, active, t);
+            catch_unwind(AssertUnwindSafe(|| (start..end).for_each(f)))
+        }
+        Split::Claim => {
+            let mut first = Ok(());
+            loop {
+                // Relaxed is enough: the read-modify-write alone makes claims
+                // unique, and the state mutex orders the tasks' writes.
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= tasks {
+                    break first;
+                }
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(i))) {
+                    if first.is_ok() {
+                        first = Err(p);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// A persistent pool of `threads - 1` workers plus the calling thread.
@@ -159,6 +262,9 @@ impl Pool {
             done: Condvar::new(),
             epoch_hint: AtomicU64::new(0),
             remaining_hint: AtomicUsize::new(0),
+            next: CachePadded(AtomicUsize::new(0)),
+            #[cfg(test)]
+            take_delay: TAKE_DELAY.with(|d| d.get()),
         });
         let mut workers = Vec::with_capacity(wanted - 1);
         for id in 1..wanted {
@@ -189,44 +295,97 @@ impl Pool {
 
     /// Calls `f(i)` once for every `i` in `0..tasks`, split in contiguous
     /// chunks over the pool's threads (the caller does the first chunk), and
-    /// returns when all calls are done. If a task panics, the remaining tasks
-    /// still finish and the first panic is then resumed in the caller.
+    /// returns when all calls are done. If a task panics, the rest of its
+    /// thread's chunk is skipped, the other chunks still finish, and the first
+    /// panic is then resumed in the caller.
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.dispatch(tasks, f, Split::Static);
+    }
+
+    /// Calls `f(i)` once for every `i` in `0..chunks` and returns when all
+    /// calls are done. The pool's threads, the caller included, claim the
+    /// indices in increasing order from a shared atomic counter until none
+    /// are left, so a thread that gets less CPU time (another process on its
+    /// core) takes fewer chunks; size the chunks so that there are several
+    /// per thread. Which thread runs which index is not deterministic.
+    ///
+    /// The call returns as soon as every index has run: once all are
+    /// claimed, a worker that has not joined in yet (parked, or waiting for
+    /// its core) is no longer waited for.
+    ///
+    /// If a task panics, every other index still runs, and the first panic
+    /// is then resumed in the caller. Nested in a task of this or another
+    /// pool, the calls run inline, in order.
+    ///
+    /// # Panics
+    ///
+    /// If `chunks` is above `usize::MAX / 2` (the claim counter must not
+    /// wrap).
+    pub fn run_chunks(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        assert!(
+            chunks <= usize::MAX / 2,
+            "run_chunks: {chunks} chunks would let the claim counter wrap"
+        );
+        self.dispatch(chunks, f, Split::Claim);
+    }
+
+    fn dispatch(&self, tasks: usize, f: &(dyn Fn(usize) + Sync), split: Split) {
         let active = self.threads.min(tasks);
         if active <= 1 || IN_POOL.with(|c| c.get()) {
             let _g = InPoolGuard::enter();
-            (0..tasks).for_each(f);
+            if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
+                resume_unwind(p);
+            }
             return;
         }
         let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: only the lifetime bound of the trait object is erased (same
         // fat-pointer layout). The pointer is dereferenced by workers only
-        // between publication below and their `remaining` decrement, and this
-        // function waits for `remaining == 0` before returning or unwinding.
+        // between taking the job below and their `remaining` decrement, and
+        // this function waits until no worker that took it is left (see the
+        // module docs) before returning or unwinding.
         let ptr: *const Task =
             unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Task>(f) };
+        let job = Job {
+            f: ptr,
+            tasks,
+            active,
+            split,
+        };
         {
             let mut st = self.shared.lock();
+            // No participant of the previous job is left (it ended with
+            // `remaining == 0`), so nobody can claim from this reset.
+            self.shared.next.0.store(0, Ordering::Relaxed);
             st.epoch = st.epoch.wrapping_add(1);
-            st.job = Some(Job {
-                f: ptr,
-                tasks,
-                active,
-            });
-            st.remaining = active - 1;
+            st.job = Some(job);
+            // Static shares are owed by every participating worker; claims
+            // only by the workers that take the job (counted as they do).
+            st.remaining = match split {
+                Split::Static => active - 1,
+                Split::Claim => 0,
+            };
             st.panic = None;
             self.shared
                 .remaining_hint
-                .store(active - 1, Ordering::Release);
+                .store(st.remaining, Ordering::Release);
             self.shared.epoch_hint.store(st.epoch, Ordering::Release);
         }
         self.shared.work.notify_all();
 
         let mine = {
             let _g = InPoolGuard::enter();
-            let (start, end) = chunk(tasks, active, 0);
-            catch_unwind(AssertUnwindSafe(|| (start..end).for_each(f)))
+            share(f, split, tasks, active, 0, &self.shared.next.0)
         };
+        if split == Split::Claim {
+            // Every index is claimed: withdraw the job, so that only the
+            // workers that took it are waited for.
+            let mut st = self.shared.lock();
+            st.job = None;
+            self.shared
+                .remaining_hint
+                .store(st.remaining, Ordering::Release);
+        }
 
         spin_until(|| self.shared.remaining_hint.load(Ordering::Acquire) == 0);
         let worker_panic = {
@@ -249,6 +408,8 @@ impl Pool {
 fn worker(shared: Arc<Shared>, id: usize) {
     let _g = InPoolGuard::enter();
     let mut seen = 0u64;
+    #[cfg(test)]
+    let mut delayed = false;
     loop {
         spin_until(|| shared.epoch_hint.load(Ordering::Acquire) != seen);
         let job = {
@@ -258,23 +419,38 @@ fn worker(shared: Arc<Shared>, id: usize) {
                     return;
                 }
                 if st.epoch != seen {
+                    #[cfg(test)]
+                    if !shared.take_delay.is_zero() && !std::mem::replace(&mut delayed, true) {
+                        drop(st);
+                        std::thread::sleep(shared.take_delay);
+                        st = shared.lock();
+                        continue;
+                    }
+                    #[cfg(test)]
+                    {
+                        delayed = false;
+                    }
                     seen = st.epoch;
                     match st.job {
-                        Some(job) if id < job.active => break job,
-                        // Not taking part in this job: wait for the next one.
+                        Some(job) if id < job.active => {
+                            if job.split == Split::Claim {
+                                st.remaining += 1;
+                                shared.remaining_hint.store(st.remaining, Ordering::Release);
+                            }
+                            break job;
+                        }
+                        // Not taking part in this job, or it was withdrawn:
+                        // wait for the next one.
                         _ => {}
                     }
                 }
                 st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
             }
         };
-        let (start, end) = chunk(job.tasks, job.active, id);
-        let result = catch_unwind(AssertUnwindSafe(|| {
-            // SAFETY: `Pool::run` keeps the closure alive until `remaining`
-            // reaches zero, which needs this worker's decrement below.
-            let f = unsafe { &*job.f };
-            (start..end).for_each(f);
-        }));
+        // SAFETY: `Pool::dispatch` keeps the closure alive until `remaining`
+        // reaches zero, which needs this worker's decrement below.
+        let f = unsafe { &*job.f };
+        let result = share(f, job.split, job.tasks, job.active, id, &shared.next.0);
         let mut st = shared.lock();
         if let Err(p) = result {
             if st.panic.is_none() {
@@ -578,6 +754,149 @@ mod tests {
                     .map(|n| n.get())
                     .unwrap_or(1)
         );
+    }
+
+    fn check_claims_once(pool: &Pool, tasks: usize) {
+        let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+        pool.run_chunks(tasks, &|i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+        });
+        for (i, h) in hits.iter().enumerate() {
+            assert_eq!(
+                h.load(Ordering::Relaxed),
+                1,
+                "claimed chunk {i} of {tasks} on {} threads",
+                pool.threads()
+            );
+        }
+    }
+
+    #[test]
+    fn every_claimed_chunk_runs_exactly_once() {
+        for threads in 1..=5 {
+            let pool = Pool::new(threads);
+            for tasks in [0, 1, 2, 3, 7, 100, 1000] {
+                check_claims_once(&pool, tasks);
+            }
+            // Alternating with static runs: each job starts a fresh count.
+            for round in 0..500 {
+                check_claims_once(&pool, round % 11);
+                check_once(&pool, round % 7);
+            }
+        }
+    }
+
+    #[test]
+    fn a_slow_thread_claims_fewer_chunks() {
+        // The caller stalls on its first claim; the worker takes the rest
+        // instead of waiting with a fixed half of the work.
+        let pool = Pool::new(2);
+        let caller = std::thread::current().id();
+        let stalled = std::sync::atomic::AtomicBool::new(false);
+        let by_worker = AtomicUsize::new(0);
+        pool.run_chunks(40, &|_| {
+            if std::thread::current().id() == caller {
+                if !stalled.swap(true, Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            } else {
+                by_worker.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        assert!(
+            by_worker.load(Ordering::Relaxed) >= 30,
+            "the worker took only {} of 40 chunks",
+            by_worker.load(Ordering::Relaxed)
+        );
+    }
+
+    #[test]
+    fn claimed_chunk_panics_propagate_and_the_rest_still_run() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads);
+            for bad in [0, 5, 99] {
+                let done = AtomicUsize::new(0);
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    pool.run_chunks(100, &|i| {
+                        if i == bad {
+                            panic!("chunk {i} failed");
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    })
+                }));
+                let msg = r.unwrap_err();
+                let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+                assert_eq!(msg, format!("chunk {bad} failed"));
+                // Every other chunk ran, inline or on any thread.
+                assert_eq!(done.load(Ordering::Relaxed), 99);
+                check_claims_once(&pool, 17);
+            }
+        }
+    }
+
+    #[test]
+    fn a_worker_that_has_not_taken_the_job_does_not_hold_the_call() {
+        // The worker waits a second before taking each new job, as if parked
+        // or without a core; claimed chunks are all done by the caller, and
+        // the call returns without waiting for the worker.
+        TAKE_DELAY.with(|d| d.set(Duration::from_secs(1)));
+        let pool = Pool::new(2);
+        TAKE_DELAY.with(|d| d.set(Duration::ZERO));
+        for _ in 0..3 {
+            let start = Instant::now();
+            check_claims_once(&pool, 20);
+            assert!(
+                start.elapsed() < Duration::from_millis(500),
+                "run_chunks waited {:?} for a worker that had not joined",
+                start.elapsed()
+            );
+        }
+        // Static shares are still waited for, and the worker still works.
+        let ids: Vec<Mutex<Option<std::thread::ThreadId>>> =
+            (0..2).map(|_| Mutex::new(None)).collect();
+        pool.run(2, &|i| {
+            *ids[i].lock().unwrap() = Some(std::thread::current().id())
+        });
+        let ids: Vec<_> = ids
+            .into_iter()
+            .map(|m| m.into_inner().unwrap().unwrap())
+            .collect();
+        assert_ne!(ids[0], ids[1]);
+    }
+
+    #[test]
+    fn nested_and_concurrent_claims_do_not_deadlock() {
+        let pool = Pool::new(3);
+        let count = AtomicUsize::new(0);
+        pool.run_chunks(5, &|_| {
+            pool.run_chunks(4, &|_| {
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+            pool.run(3, &|_| {
+                count.fetch_add(1, Ordering::Relaxed);
+            });
+        });
+        assert_eq!(count.load(Ordering::Relaxed), 5 * 7);
+        let total = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (pool, total) = (&pool, &total);
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        let f = |_| {
+                            total.fetch_add(1, Ordering::Relaxed);
+                        };
+                        if t % 2 == 0 {
+                            pool.run_chunks(10, &f);
+                        } else {
+                            pool.run(10, &f);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 4 * 50 * 10);
     }
 
     #[test]

@@ -215,27 +215,38 @@ impl F32Matrix {
         let (xptr, xsptr) = (xp.as_ptr() as usize, xs.as_ptr() as usize);
         let run = kernel.run;
         let (k_pad, n_pad, zcurve) = (l.k_pad, l.n_pad, self.zcurve);
-        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
-            // SAFETY: the kernel was selected by feature detection; the buffers
-            // have the layout's sizes (checked above and by construction); each
-            // call writes only panels p0..p1 of y.
-            unsafe {
-                run(
-                    w as *const u32,
-                    sc as *const f32,
-                    nz as *const f32,
-                    xptr as *const f32,
-                    xsptr as *const f32,
-                    y,
-                    m,
-                    k_pad,
-                    n_pad,
-                    p0,
-                    p1,
-                    zcurve,
-                )
-            }
-        });
+        let entry = if m == 1 { &self.gemv } else { &self.gemm };
+        crate::panels::over_panels(
+            pool,
+            entry,
+            k_pad,
+            l.panels(),
+            m,
+            l.n,
+            n_pad,
+            y,
+            |y, p0, p1| {
+                // SAFETY: the kernel was selected by feature detection; the buffers
+                // have the layout's sizes (checked above and by construction); each
+                // call writes only panels p0..p1 of y.
+                unsafe {
+                    run(
+                        w as *const u32,
+                        sc as *const f32,
+                        nz as *const f32,
+                        xptr as *const f32,
+                        xsptr as *const f32,
+                        y,
+                        m,
+                        k_pad,
+                        n_pad,
+                        p0,
+                        p1,
+                        zcurve,
+                    )
+                }
+            },
+        );
         Ok(())
     }
 }

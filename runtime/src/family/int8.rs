@@ -171,25 +171,36 @@ impl Int8Matrix {
         let run = kernel.run;
         let (k_pad, n_pad) = (l.k_pad, l.n_pad);
         debug_assert_eq!(k_pad % QK, 0);
-        crate::panels::over_panels(pool, l.panels(), m, l.n, n_pad, y, |y, p0, p1| {
-            // SAFETY: the kernel was selected by feature detection and the
-            // buffers have the layout's sizes; each call writes only panels p0..p1.
-            unsafe {
-                run(
-                    w as *const u8,
-                    sc as *const u16,
-                    xq as *const i8,
-                    xd as *const f32,
-                    xc as *const i32,
-                    y,
-                    m,
-                    k_pad,
-                    n_pad,
-                    p0,
-                    p1,
-                )
-            }
-        });
+        let entry = if m == 1 { &self.gemv } else { &self.gemm };
+        crate::panels::over_panels(
+            pool,
+            entry,
+            k_pad,
+            l.panels(),
+            m,
+            l.n,
+            n_pad,
+            y,
+            |y, p0, p1| {
+                // SAFETY: the kernel was selected by feature detection and the
+                // buffers have the layout's sizes; each call writes only panels p0..p1.
+                unsafe {
+                    run(
+                        w as *const u8,
+                        sc as *const u16,
+                        xq as *const i8,
+                        xd as *const f32,
+                        xc as *const i32,
+                        y,
+                        m,
+                        k_pad,
+                        n_pad,
+                        p0,
+                        p1,
+                    )
+                }
+            },
+        );
         Ok(())
     }
 }

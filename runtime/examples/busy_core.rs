@@ -1,0 +1,131 @@
+//! Threads that survive a busy core: Q4_0 4096x4096 GEMV and GEMM (m = 32)
+//! on 1 and 2 threads, quiet and with another process spinning on one core.
+//!
+//! ```sh
+//! cargo run --release -p kgen-runtime --example busy_core [-- --secs S]
+//! ```
+//!
+//! The spinner is this program again (`busy_core --spin SECONDS`), so the
+//! busy core is taken by a separate process, as when something else runs on
+//! the machine. Each line gives the median GFLOPS of 1- and 2-thread calls,
+//! timed in alternation for `--secs` seconds (default 2) per operation, and
+//! the 2T/1T ratio. With static per-thread shares a 2-thread call runs at the
+//! pace of the thread that shares its core; with claimed chunks the other
+//! thread takes over most of the work.
+
+use kgen::format::rng::Rng;
+use kgen::format::symmetric::quantize_symmetric;
+use kgen_runtime::{Matrix, Pool};
+use std::hint::black_box;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+const K: usize = 4096;
+const N: usize = 4096;
+
+/// Spins one thread for `seconds`.
+fn spin(seconds: f64) {
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut x = 0u64;
+    while Instant::now() < end {
+        for _ in 0..10_000 {
+            x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
+/// Starts the spinner process; it ends by itself after `seconds`.
+fn spinner(seconds: f64) -> Child {
+    let exe = std::env::current_exe().expect("own path");
+    let child = Command::new(exe)
+        .args(["--spin", &seconds.to_string()])
+        .spawn()
+        .expect("spawn the spinner");
+    // Let it get going before timing.
+    std::thread::sleep(Duration::from_millis(300));
+    child
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median seconds of `m`-row products on `p1` and `p2`, alternating calls for
+/// `secs` seconds.
+fn time_pair(w: &Matrix, m: usize, p1: &Pool, p2: &Pool, secs: f64) -> (f64, f64) {
+    let x = Rng::new(2).vec_f32(m * K);
+    let mut y = vec![0f32; m * N];
+    for pool in [p1, p2] {
+        for _ in 0..3 {
+            w.gemm_on(pool, &x, m, &mut y).unwrap();
+        }
+    }
+    let (mut t1, mut t2) = (Vec::new(), Vec::new());
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    while Instant::now() < end || t1.len() < 5 {
+        for (pool, t) in [(p1, &mut t1), (p2, &mut t2)] {
+            let s = Instant::now();
+            w.gemm_on(pool, black_box(&x), m, &mut y).unwrap();
+            t.push(s.elapsed().as_secs_f64());
+        }
+    }
+    black_box(&y);
+    (median(&mut t1), median(&mut t2))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| {
+                v.parse::<f64>()
+                    .unwrap_or_else(|e| panic!("{name} {v}: {e}"))
+            })
+    };
+    if let Some(seconds) = value("--spin") {
+        spin(seconds);
+        return;
+    }
+    let secs = value("--secs").unwrap_or(2.0);
+
+    let w = quantize_symmetric(&Rng::new(1).vec_f32(K * N), K, N, 4, 32);
+    let w = Matrix::from_ggml(&w).unwrap();
+    let (p1, p2) = (Pool::new(1), Pool::new(2));
+    println!(
+        "{K}x{N} {}, {} logical CPUs, {:.1} s per operation and case (indicative)",
+        w.describe(),
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        secs
+    );
+    println!(
+        "{:<6} {:<8} {:>10} {:>10} {:>8}",
+        "case", "op", "1T GFLOPS", "2T GFLOPS", "2T/1T"
+    );
+    for busy in [false, true] {
+        // Long enough for both operations; killed when done.
+        let mut child = busy.then(|| spinner(4.0 * secs + 10.0));
+        for m in [1usize, 32] {
+            let (s1, s2) = time_pair(&w, m, &p1, &p2, secs);
+            let gflops = |s: f64| 2.0 * (m * K * N) as f64 / s / 1e9;
+            println!(
+                "{:<6} {:<8} {:>10.1} {:>10.1} {:>7.2}x",
+                if busy { "busy" } else { "quiet" },
+                if m == 1 {
+                    "gemv".to_string()
+                } else {
+                    format!("gemm m={m}")
+                },
+                gflops(s1),
+                gflops(s2),
+                s1 / s2
+            );
+        }
+        if let Some(c) = child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
