@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use kgen::family::f32::isa::Isa;
 use kgen::family::f32::model::MicroTile;
 use kgen::family::f32::planner::{Plan, PlanOptions};
+use kgen::family::int8::model;
 use kgen::family::int8::plan::I8Plan;
 use kgen::family::int8::spec::I8Spec;
 use kgen::family::plan::BlockOrder;
@@ -469,7 +470,11 @@ fn print_plan(p: &Plan, explain: bool) -> Result<(), Error> {
     Ok(())
 }
 
-fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
+fn print_plan_i8(
+    p: &I8Plan,
+    target: &kgen::target::TargetDesc,
+    explain: bool,
+) -> Result<(), Error> {
     let isa = kgen::family::int8::isa::I8Isa::by_name(p.isa).expect("plan ISA");
     outln!("kernel {}", p.kernel_name());
     outln!(
@@ -550,6 +555,24 @@ fn print_plan_i8(p: &I8Plan, explain: bool) -> Result<(), Error> {
         p.prediction.gflops,
         p.shape.0,
         p.shape.1
+    );
+    let count = model::block_counts(&p.spec, &isa, p.tile);
+    let limits = model::limits(&count.counts, target);
+    let bound = model::bound(&count.counts, target);
+    outln!(
+        "  per block   {:.1} cycles, {}-bound ({}; counted from the emitted micro kernel{})",
+        bound.cycles(),
+        bound.what,
+        limits
+            .iter()
+            .map(|l| format!("{} {} / {} = {:.1}", l.what, l.count, l.units, l.cycles()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        if count.approximate {
+            ", approximate: some primitives map to no instruction"
+        } else {
+            ""
+        }
     );
     if explain {
         outln!("  candidates (model rank, best first):");
@@ -635,7 +658,7 @@ fn plan_i8(
         return Ok(());
     }
     for p in &plans {
-        print_plan_i8(p, args.explain)?;
+        print_plan_i8(p, target, args.explain)?;
     }
     if args.explain {
         // The GEMV and a GEMM on its layout, as `kgen --format` emits them;

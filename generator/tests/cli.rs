@@ -127,9 +127,24 @@ fn plan_format_text_and_explain() {
         "GB/s of weights",
         "GFLOPS",
         "performance model",
+        "per block   ",
+        "counted from the emitted micro kernel",
     ] {
         assert!(text.contains(want), "`{want}` missing in\n{text}");
     }
+    // The bound named is the largest of the four limits printed.
+    let line = text.lines().find(|l| l.contains("per block")).unwrap();
+    let cycles: f64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let terms: Vec<f64> = line
+        .split(" = ")
+        .skip(1)
+        .map(|t| t.split([',', ';']).next().unwrap().trim().parse().unwrap())
+        .collect();
+    assert_eq!(terms.len(), 4, "{line}");
+    assert!(
+        terms.iter().all(|&t| t <= cycles) && terms.contains(&cycles),
+        "{line}"
+    );
     let text = ok(&[
         "plan",
         "--target",

@@ -116,6 +116,8 @@ fn counts_a_hand_written_aarch64_module() {
         ops: 1 + 2 * (1 + 2 + 2) + 1 + 1 + 1,
         // 2 x (loadb + bcast4) + splatf.
         loads: 2 * 2 + 1,
+        // bcast4 (a dup of a read) and splatf.
+        bcast: 2 + 1,
         stores: 1,
         mac: 2 * 2 + 1,
         dot: 2 * 2,
@@ -228,6 +230,8 @@ fn counts_a_hand_written_x86_module() {
         ops: 1 + 4 * 3 + 2 + 1 + 1 + 1 + 1 + 1,
         // 4 x (loadw, splat) + splati + dot_mem's operand + scales.
         loads: 4 * 2 + 1 + 1 + 1,
+        // splat (broadcast_ss) and splati (set1 of a read).
+        bcast: 4 + 1,
         stores: 1,
         mac: 4 + 1 + 1 + 1,
         dot: 2,
@@ -340,6 +344,8 @@ fn counts_a_block_loop_written_in_asm() {
     let expect = Counts {
         ops: 6,
         loads: 2,
+        // ld1rqb replicates a quadword.
+        bcast: 1,
         stores: 0,
         mac: 3,
         dot: 2,
@@ -487,4 +493,41 @@ fn plan_explain_prints_the_counts_next_to_the_paper() {
     assert!(gemm.contains("SMMLA b8 2.47"), "{gemm}");
     assert!(text.lines().any(|l| l.contains("q4g32_gemv")));
     assert!(text.lines().any(|l| l.contains("q4g32_gemm")));
+}
+
+/// The int8 model ranks tiles by the counts `--explain` prints: for every
+/// shipped target, int8 ISA and format, the planned GEMV's and GEMM's
+/// counted block loop is exactly what the model costed.
+#[test]
+fn the_int8_model_costs_the_counts_explain_prints() {
+    use kgen::family::int8::isa::I8Isa;
+    use kgen::family::int8::model::{block_counts, plan, plan_gemm_sharing};
+    use kgen::family::int8::spec::I8Spec;
+    use kgen::format::table::int8_formats;
+    let mut checked = 0;
+    for t in target::load_all().unwrap() {
+        for isa in I8Isa::for_target(&t) {
+            for format in int8_formats() {
+                let spec = I8Spec::for_format(Op::Gemv, format).unwrap();
+                if isa.supports(&spec).is_err() {
+                    continue;
+                }
+                let gemv = plan(&spec, &isa, &t, (4096, 4096)).unwrap();
+                let gemm = plan_gemm_sharing(&gemv, 8, &t);
+                let rows = explain::i8_plan_rows(&t, &[gemv.clone(), gemm.clone()]).unwrap();
+                for (p, r) in [&gemv, &gemm].iter().zip(&rows) {
+                    let counted = r.result.as_ref().unwrap().per_iter;
+                    assert_eq!(
+                        counted,
+                        block_counts(&p.spec, &isa, p.tile).counts,
+                        "{} {}",
+                        t.name,
+                        r.kernel
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked} kernels");
 }

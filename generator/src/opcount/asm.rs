@@ -121,6 +121,9 @@ impl Asm {
         if is_branch(&m) {
             return Counts::default();
         }
+        if m.starts_with("ld1r") {
+            return broadcast();
+        }
         if m.starts_with("ld") || m.starts_with("prf") || m.starts_with("prefetch") {
             return one(Class::Load);
         }
@@ -170,6 +173,9 @@ impl Asm {
             } else {
                 Class::Load
             });
+            if m.contains("broadcast") && !first_is_mem {
+                return broadcast();
+            }
             if m.contains("mov") || m.contains("broadcast") {
                 return mem;
             }

@@ -187,7 +187,7 @@ impl BodyCounter<'_> {
             self.constant(e);
         } else if args.iter().any(|a| reads_memory(a, self.arch)) {
             if self.address == 0 {
-                self.counts.loads += 1;
+                self.counts += broadcast();
             }
             self.in_address(|s| args.iter().for_each(|a| s.visit_expr(a)));
         } else {
@@ -219,7 +219,9 @@ impl BodyCounter<'_> {
                 }
                 Class::Free => c.args.iter().for_each(|a| self.visit_expr(a)),
                 Class::Load => {
-                    if self.address == 0 {
+                    if self.address == 0 && is_broadcast_load(&name) {
+                        self.counts += broadcast();
+                    } else if self.address == 0 {
                         self.add(class);
                     }
                     self.in_address(|s| c.args.iter().for_each(|a| s.visit_expr(a)));

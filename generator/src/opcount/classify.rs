@@ -99,6 +99,22 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     Class::Op
 }
 
+/// A load intrinsic that broadcasts what it reads (`_mm256_broadcast_ss`,
+/// `vld1q_dup_f32`).
+pub(crate) fn is_broadcast_load(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("_broadcast_s") || (n.starts_with("vld") && n.contains("_dup"))
+}
+
+/// One broadcast load.
+pub(crate) fn broadcast() -> Counts {
+    Counts {
+        loads: 1,
+        bcast: 1,
+        ..Counts::default()
+    }
+}
+
 pub(crate) fn one(c: Class) -> Counts {
     match c {
         Class::Load => Counts {

@@ -89,6 +89,11 @@ pub struct Counts {
     /// Vector instructions other than loads and stores (MACs included).
     pub ops: u64,
     pub loads: u64,
+    /// Loads among `loads` that broadcast one scalar from memory to every
+    /// lane (`set1` of a read, `vpbroadcastd` / `ld1r`): most cores issue
+    /// them on every load port, while full-width vector loads may be fewer
+    /// per cycle (Zen 4: one 512-bit load, three broadcasts).
+    pub bcast: u64,
     pub stores: u64,
     /// Multiply-accumulates among `ops`: integer dots, matrix MACs, FMAs.
     pub mac: u64,
@@ -103,6 +108,7 @@ impl Add for Counts {
         Counts {
             ops: self.ops + o.ops,
             loads: self.loads + o.loads,
+            bcast: self.bcast + o.bcast,
             stores: self.stores + o.stores,
             mac: self.mac + o.mac,
             dot: self.dot + o.dot,
@@ -122,6 +128,7 @@ impl Mul<u64> for Counts {
         Counts {
             ops: self.ops * k,
             loads: self.loads * k,
+            bcast: self.bcast * k,
             stores: self.stores * k,
             mac: self.mac * k,
             dot: self.dot * k,
@@ -134,6 +141,7 @@ impl Mul<u64> for Counts {
 pub struct Rate {
     pub ops: f64,
     pub loads: f64,
+    pub bcast: f64,
     pub stores: f64,
     pub mac: f64,
     pub dot: f64,
@@ -144,6 +152,7 @@ impl Rate {
         Rate {
             ops: c.ops as f64 * scale,
             loads: c.loads as f64 * scale,
+            bcast: c.bcast as f64 * scale,
             stores: c.stores as f64 * scale,
             mac: c.mac as f64 * scale,
             dot: c.dot as f64 * scale,

@@ -79,14 +79,31 @@ pub struct Core {
     /// up-convert); 2 when a file leaves it out.
     #[serde(default = "two")]
     pub convert_units: u32,
-    /// Loads per cycle per core.
+    /// Full-width vector loads per cycle per core.
     pub load_units: u32,
+    /// Loads per cycle per core that broadcast one scalar to every lane
+    /// (`vpbroadcastd` / `ld1r` from memory), counting the full-width ones
+    /// issued in the same cycle: all load ports, where a core has more of
+    /// them than full-width load paths (Zen 4: three loads, one of them
+    /// 512-bit). `load_units` when a file leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broadcast_loads: Option<u32>,
     /// Vector uops the out-of-order core can hold waiting for their operands
     /// (vector scheduler plus its queue): how far it looks past a stalled
     /// FMA chain into the next group's independent one. 128 when a file
     /// leaves it out.
     #[serde(default = "default_vector_window")]
     pub vector_window: u32,
+}
+
+impl Core {
+    /// [`Core::broadcast_loads`], or `load_units` when the file has none
+    /// (never fewer than the full-width loads).
+    pub fn broadcast_loads(&self) -> u32 {
+        self.broadcast_loads
+            .unwrap_or(self.load_units)
+            .max(self.load_units)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

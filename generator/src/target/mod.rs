@@ -144,6 +144,7 @@ mod tests {
                 vector_alu_units: 3,
                 convert_units: 2,
                 load_units: 2,
+                broadcast_loads: None,
                 vector_window: 128,
             },
             memory: Memory {

@@ -67,6 +67,7 @@ pub fn detect() -> TargetDesc {
             vector_alu_units: vector_alu_units(arch, amd),
             convert_units: convert_units(amd),
             load_units: 2,
+            broadcast_loads: None,
             vector_window: 128,
         },
         // A conservative two-channel desktop figure, used only by the model.

@@ -270,6 +270,7 @@ impl TargetDesc {
             ("core.convert_units", c.convert_units),
             ("core.load_units", c.load_units),
             ("core.vector_window", c.vector_window),
+            ("core.broadcast_loads", c.broadcast_loads.unwrap_or(1)),
         ] {
             if v == 0 {
                 return invalid(

@@ -1,5 +1,7 @@
 //! The int8 family's ISAs as data: features, lanes, registers, the
-//! template each one unrolls, and instruction costs.
+//! template each one unrolls, and how its kernels are written (their
+//! instruction costs are counted from the emitted code, see
+//! [`crate::family::int8::model::block_counts`]).
 
 use crate::family::int8::spec::I8Spec;
 use crate::target::{Arch, Feature, TargetDesc};
@@ -19,10 +21,6 @@ pub struct I8Isa {
     pub registers: usize,
     pub template_path: &'static str,
     pub template: &'static str,
-    /// Vector uops of one `dot_u` (maddubs + madd + add = 3; vpdpbusd = 1).
-    pub dot_uops: f64,
-    /// Extra uops of `dot_s` over `dot_u` (sign handling).
-    pub signed_extra: f64,
     /// Bytes of one column per lane and chunk: 4 (one column per i32 lane,
     /// dot-product instructions) or 8 (column pairs for 2x2 matrix multiply).
     pub group_bytes: usize,
@@ -37,12 +35,6 @@ pub struct I8Isa {
     /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
     /// broadcast loads limited it.
     pub x_quad: bool,
-    /// Vector ops to rebuild the two 5-bit halves of one weight chunk from
-    /// its nibbles and the fifth-bit plane (`hb_lo` + `hb_hi`, the plane's
-    /// shift and mask included; see [`crate::layout::int8`]): NEON inserts
-    /// with `sli` / `sri`, AVX-512 selects bits with `vpternlogd`, AVX2 and
-    /// portable code mask and or.
-    pub fifth_bit_ops: f64,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -58,12 +50,9 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/avx512vnni.rs",
     template: include_str!("../../../../templates/i8/avx512vnni.rs"),
-    dot_uops: 1.0,
-    signed_extra: 3.0,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
-    fifth_bit_ops: 7.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -77,12 +66,9 @@ pub const AVXVNNI: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/avxvnni.rs",
     template: include_str!("../../../../templates/i8/avxvnni.rs"),
-    dot_uops: 1.0,
-    signed_extra: 2.0,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
-    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -96,12 +82,9 @@ pub const AVX2: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/avx2.rs",
     template: include_str!("../../../../templates/i8/avx2.rs"),
-    dot_uops: 3.0,
-    signed_extra: 2.0,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
-    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: true,
 };
@@ -115,12 +98,9 @@ pub const DOTPROD: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/dotprod.rs",
     template: include_str!("../../../../templates/i8/dotprod.rs"),
-    dot_uops: 1.0,
-    signed_extra: 0.0,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
-    fifth_bit_ops: 4.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -134,12 +114,9 @@ pub const I8MM: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/i8mm.rs",
     template: include_str!("../../../../templates/i8/i8mm.rs"),
-    dot_uops: 1.0,
-    signed_extra: 0.0,
     group_bytes: 8,
     signed_nibbles: true,
     mmla: true,
-    fifth_bit_ops: 4.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -153,12 +130,9 @@ pub const PORTABLE: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/portable.rs",
     template: include_str!("../../../../templates/i8/portable.rs"),
-    dot_uops: 12.0,
-    signed_extra: 0.0,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
-    fifth_bit_ops: 9.0,
     sve_bits: None,
     x_quad: false,
 };
@@ -174,12 +148,9 @@ pub const SVE256: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/sve256.rs",
     template: include_str!("../../../../templates/i8/sve256.rs"),
-    dot_uops: 1.0,
-    signed_extra: 0.0,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
-    fifth_bit_ops: 0.0,
     sve_bits: Some(256),
     x_quad: false,
 };

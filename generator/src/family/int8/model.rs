@@ -1,6 +1,8 @@
 //! The int8 family's performance model and planner: register budget,
 //! L1 footprint, roofline, and the tile and block search.
 
+use crate::family::int8::emit::micro::MicroSpec;
+use crate::family::int8::emit::{micro, ops_items};
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::plan::{I8Candidate, I8Plan, I8Tile};
 use crate::family::int8::spec::I8Spec;
@@ -9,8 +11,13 @@ use crate::family::plan::{BlockOrder, L1Block, PlanError, TileSource};
 use crate::family::{search, Family};
 use crate::format::ggml::QK;
 use crate::layout::align::round_up;
+use crate::opcount::{count_micro, primitives, Counts, KPerIter, Primitive, Site};
 use crate::spec::Op;
 use crate::target::TargetDesc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+type Primitives = Arc<BTreeMap<String, Primitive>>;
 
 /// Vector registers a tile keeps live: f32 and i32 accumulators, the
 /// weight vectors (and their high nibbles; 5-bit: and each column group's
@@ -41,112 +48,164 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     accumulators + weights + 2 + 2 + usize::from(spec.codebook()) + usize::from(spec.bits() == 5)
 }
 
-/// Vector work of one 32-value block of one micro tile, as the emitter
-/// writes it: (vector ALU uops, loads, dot/matrix instructions).
-fn block_ops(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
-    let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
-    let four = spec.bits() == 4;
-    if spec.bits() == 5 {
-        return five_bit_block_ops(isa, tile);
+/// Instructions of one 32-value block of `tile`'s micro kernel (all its
+/// `m_r` rows and `t_sub` column groups), counted from the kernel the
+/// emitter writes ([`crate::opcount`]): the counts `kgen plan --explain`
+/// prints, so the model and the report cannot disagree.
+///
+/// A plan ranks up to a few dozen tiles per ISA and every count starts from
+/// the parsed template, so the counts (and each ISA's parsed primitives) are
+/// cached for the process (the whole gen-snapshot run, ~300 `kgen`
+/// invocations, went from 5.4 s to 10.5 s).
+pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
+    type Key = (&'static str, &'static str, bool, usize, usize, usize);
+    static COUNTS: OnceLock<Mutex<HashMap<Key, BlockCount>>> = OnceLock::new();
+    static PRIMS: OnceLock<Mutex<HashMap<(&'static str, &'static str), Primitives>>> =
+        OnceLock::new();
+    let key = (
+        isa.name,
+        spec.format.tag,
+        spec.op == Op::Gemv,
+        tile.t_u,
+        tile.t_sub,
+        tile.m_r,
+    );
+    let counts = COUNTS.get_or_init(Default::default);
+    if let Some(c) = counts.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return *c;
     }
-    if isa.group_bytes == 8 {
-        // Column pairs; chunks of 8 bytes per column.
-        let chunks = if four { 2.0 } else { 4.0 };
-        // Codebook: mask, shift and two table lookups per chunk.
-        let unpack = match (four, spec.codebook()) {
-            (true, true) => 4.0 * chunks * t,
-            (true, false) => 2.0 * chunks * t,
-            _ => 0.0,
-        };
-        if tile.m_r == 1 {
-            // sdot on 8-byte groups, pair sums folded 4 columns at a time.
-            let dots = 4.0 * t;
-            let fold = (t / 2.0) * 5.0; // addp, cvt, mul, fma, scale convert
-            let loads = t * chunks + if four { 2.0 * chunks } else { 4.0 } + t / 2.0 + 1.0;
-            return (unpack + dots + fold, loads, dots);
-        }
-        let pairs = (rows / 2.0).ceil();
-        let dots = 4.0 * pairs * t; // smmla: 2x2 outputs x 8 values
-        let fold = 3.0 * pairs * t + t; // cvt, mul, fma; scale convert
-        let loads = t * chunks + 4.0 * pairs + pairs + t;
-        return (unpack + dots + fold, loads, dots);
-    }
-    let chunks = spec.bits() as f64; // 4-byte chunks per column per block
-    if spec.codebook() {
-        // Unpack (mask, shift + mask) and two table lookups per chunk, then
-        // two signed x signed dots per chunk and row; no bias to remove.
-        let unpack = 5.0 * t * chunks / 2.0;
-        let dot = isa.dot_uops + isa.signed_extra;
-        let dots = 2.0 * chunks * t * rows * dot;
-        let fold = t * rows * 3.0 + t;
-        let loads = t * chunks + 2.0 * rows * chunks + t + rows;
-        return (unpack + dots + fold, loads, dots / dot);
-    }
-    let dot = if four {
-        isa.dot_uops
-    } else {
-        isa.dot_uops + isa.signed_extra
+    let prims = {
+        let mut all = PRIMS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        all.entry((isa.name, spec.format.tag))
+            .or_insert_with(|| {
+                let items = ops_items(spec, isa).unwrap_or_else(|e| {
+                    panic!("{} template for {}: {e}", isa.name, spec.format_tag())
+                });
+                Arc::new(primitives(&items).unwrap_or_else(|e| {
+                    panic!("{} primitives for {}: {e}", isa.name, spec.format_tag())
+                }))
+            })
+            .clone()
     };
-    let unpack = if four { 3.0 * t * chunks / 2.0 } else { 0.0 };
-    // 4-bit: two pair_acc per chunk (both nibbles): maddubs + i16 add on
-    // maddubs ISAs (2 of the 3 uops of a dot_u), plus one widening madd per block.
-    let pair = if isa.dot_uops > 1.0 { 2.0 / 3.0 } else { 1.0 };
-    let widen = if isa.dot_uops > 1.0 { 1.0 / 3.0 } else { 0.0 };
-    let dots = if four {
-        2.0 * pair * chunks + widen
-    } else {
-        chunks
-    } * t
-        * rows
-        * dot;
-    // (bias sub,) cvt, mul, fma; scale convert.
-    let bias = if four && !isa.signed_nibbles {
-        1.0
-    } else {
-        0.0
+    let micro_spec = MicroSpec {
+        spec: *spec,
+        tile,
+        lanes: isa.lanes,
     };
-    let fold = t * rows * (3.0 + bias) + t;
-    // Weight chunks, activation broadcasts (two per 4-bit chunk, one per
-    // 8-bit chunk, each covering 4 bytes), scales, and the block's x scale/sum.
-    let loads = t * chunks + rows * chunks + t + 2.0 * rows;
-    (unpack + dots + fold, loads, dots / dot)
+    let tokens = micro(&micro_spec, isa, tile.m_r);
+    let name = format!("micro_r{}", tile.m_r);
+    let site = Site {
+        module: isa.template_path,
+        micro: &name,
+        k: KPerIter::Fixed(QK),
+        rows: tile.m_r,
+        cols: tile.t_sub * isa.lanes,
+    };
+    let counted = syn::parse2::<syn::ItemFn>(tokens)
+        .map_err(|e| e.to_string())
+        .and_then(|f| count_micro(&prims, &f, &site).map_err(|e| e.0));
+    let k = counted.unwrap_or_else(|e| {
+        panic!(
+            "counting {} {} tile {}x{}: {e}",
+            isa.name,
+            spec.format_tag(),
+            tile.m_r,
+            tile.t_sub
+        )
+    });
+    let c = BlockCount {
+        counts: k.per_iter,
+        approximate: !k.unclassified.is_empty(),
+    };
+    counts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, c);
+    c
 }
 
-/// [`block_ops`] of 5-bit layouts: the two halves of each of the 4 nibble
-/// chunks (lane layouts) or 2 chunks (pair layouts) per column group
-/// rebuilt from the plane of fifth bits ([`I8Isa::fifth_bit_ops`]), dots of
-/// unsigned levels, and the offset removed per block and output.
-fn five_bit_block_ops(isa: &I8Isa, tile: I8Tile) -> (f64, f64, f64) {
-    let (t, rows) = (tile.t_sub as f64, tile.m_r as f64);
-    if isa.group_bytes == 8 {
-        // Per column pair: 2 chunks, and the plane split (a shift per two
-        // pairs, a zip per pair).
-        let unpack = (2.0 * isa.fifth_bit_ops + 1.5) * t;
-        if tile.m_r == 1 {
-            let dots = 4.0 * t;
-            let fold = (t / 2.0) * 6.0; // addp, bias, cvt, mul, fma, scale convert
-            let loads = 2.0 * t + t / 2.0 + 4.0 + t / 2.0 + 2.0;
-            return (unpack + dots + fold, loads, dots);
-        }
-        let pairs = (rows / 2.0).ceil();
-        let dots = 4.0 * pairs * t;
-        let fold = 4.0 * pairs * t + t; // bias, cvt, mul, fma; scale convert
-        let loads = 2.0 * t + t / 2.0 + 4.0 * pairs + 3.0 * pairs + t;
-        return (unpack + dots + fold, loads, dots);
-    }
-    let unpack = 4.0 * isa.fifth_bit_ops * t;
-    // dot2_u per chunk: two dots into i32 (maddubs ISAs: two maddubs, an
-    // i16 add, one widening madd and an i32 add).
-    let (pair, widen) = if isa.dot_uops > 1.0 {
-        (2.0 / 3.0, 1.0 / 3.0)
+/// [`block_counts`]' result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockCount {
+    /// One iteration of the block loop.
+    pub counts: Counts,
+    /// Some primitives map to no known instruction and were counted as one
+    /// op each (the portable template, which LLVM vectorises for whatever
+    /// the build targets): the figures are shown, but not used to rank.
+    pub approximate: bool,
+}
+
+/// What tiles are ranked by: `value` (GB/s or GFLOPS), or 0 for every tile
+/// of a kernel whose count is approximate, so they tie and the tie goes to
+/// the biggest tile, as any tie does (the most reuse per load and unpack).
+fn rank_value(spec: &I8Spec, isa: &I8Isa, tile: I8Tile, value: f64) -> f64 {
+    if block_counts(spec, isa, tile).approximate {
+        0.0
     } else {
-        (1.0, 0.0)
-    };
-    let dots = 4.0 * (2.0 * pair + widen) * t * rows * isa.dot_uops;
-    let fold = t * rows * 4.0 + t; // bias, cvt, mul, fma; scale convert
-                                   // 5 chunks per column group, 8 broadcasts per row, scales, x scale and sum.
-    let loads = 5.0 * t + 8.0 * rows + t + 2.0 * rows;
-    (unpack + dots + fold, loads, dots / isa.dot_uops)
+        value
+    }
+}
+
+/// One limit on a block's cycles: `count` instructions of a kind over
+/// the `units` per cycle that can issue them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Limit {
+    pub what: &'static str,
+    pub count: u64,
+    pub units: u32,
+}
+
+impl Limit {
+    pub fn cycles(&self) -> f64 {
+        self.count as f64 / self.units.max(1) as f64
+    }
+}
+
+/// The limits on one 32-value block of a micro tile on one core of `t`:
+/// every vector op issues on an FMA or ALU pipe, dots on the dot pipes,
+/// full-width loads on `load_units`, and all loads (broadcasts included)
+/// on `broadcast_loads`.
+pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
+    let core = &t.core;
+    [
+        Limit {
+            what: "vector ops",
+            count: c.ops,
+            units: core.vector_alu_units + core.fma_units,
+        },
+        Limit {
+            what: "dots",
+            count: c.dot,
+            units: core.dot_units,
+        },
+        Limit {
+            what: "full-width loads",
+            count: c.loads - c.bcast,
+            units: core.load_units,
+        },
+        Limit {
+            what: "loads",
+            count: c.loads,
+            units: core.broadcast_loads(),
+        },
+    ]
+}
+
+/// The limit that holds (the most cycles; the first on a tie).
+pub fn bound(c: &Counts, t: &TargetDesc) -> Limit {
+    limits(c, t)
+        .into_iter()
+        .reduce(|a, b| if b.cycles() > a.cycles() { b } else { a })
+        .expect("four limits")
+}
+
+/// Cycles of one 32-value block of a micro tile on one core of `t`: the
+/// limit that holds.
+pub fn block_cycles(c: &Counts, t: &TargetDesc) -> f64 {
+    bound(c, t).cycles()
 }
 
 /// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
@@ -158,11 +217,7 @@ pub fn predict(
     k: usize,
     n: usize,
 ) -> (f64, f64) {
-    let (vec_uops, loads, dot_calls) = block_ops(spec, isa, tile);
-    let units = (t.core.vector_alu_units + t.core.fma_units).max(1) as f64;
-    let cycles = (vec_uops / units)
-        .max(loads / t.core.load_units.max(1) as f64)
-        .max(dot_calls / t.core.dot_units.max(1) as f64);
+    let cycles = block_cycles(&block_counts(spec, isa, tile).counts, t);
     let tw = (isa.lanes * tile.t_sub) as f64;
     let bytes = tw * (4.0 * spec.bits() as f64 + 2.0);
     let rows = spec.op.rows() as f64;
@@ -240,7 +295,7 @@ pub fn rank_tiles(
                 continue;
             }
             let c = candidate(spec, isa, t, tile, shape);
-            let gbs = c.gbs;
+            let gbs = rank_value(spec, isa, tile, c.gbs);
             all.push(c);
             let better = match best {
                 None => true,
@@ -254,7 +309,9 @@ pub fn rank_tiles(
             }
         }
     }
-    rank(&mut all, best.map(|b| b.1), |c| c.gbs);
+    rank(&mut all, best.map(|b| b.1), |c| {
+        rank_value(spec, isa, c.tile, c.gbs)
+    });
     all
 }
 
@@ -407,7 +464,7 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
                 continue;
             }
             let c = candidate(&spec, &isa, t, tile, (4096, 4096));
-            let gflops = c.gflops;
+            let gflops = rank_value(&spec, &isa, tile, c.gflops);
             all.push(c);
             // On a tie (a throughput bound the tile does not change, such as
             // maddubs on AVX2) the bigger tile: fewer loads and unpacks per MAC.
@@ -422,7 +479,9 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
     if !all.iter().any(|c| c.tile == best.1) {
         all.push(candidate(&spec, &isa, t, best.1, (4096, 4096)));
     }
-    rank(&mut all, Some(best.1), |c| c.gflops);
+    rank(&mut all, Some(best.1), |c| {
+        rank_value(&spec, &isa, c.tile, c.gflops)
+    });
     all
 }
 

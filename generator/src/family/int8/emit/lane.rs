@@ -3,8 +3,8 @@
 
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::micro_fn;
+use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::isa::I8Isa;
-use crate::family::int8::plan::I8Plan;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
@@ -23,7 +23,7 @@ fn bcast(isa: &I8Isa, row: usize, off: usize) -> TokenStream {
     }
 }
 
-pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let l = p.lanes;
@@ -162,7 +162,7 @@ pub(crate) fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream 
 /// `8g+4..8g+8`, unsigned 0..32), accumulated in i32 two dots at a time
 /// (`dot2_u`: on maddubs ISAs the i16 pair sums of 5-bit levels leave room
 /// for two products, not for a whole block).
-fn five_bit_block(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let chunk = 4 * p.lanes;
     let mut block = TokenStream::new();

@@ -1,13 +1,34 @@
 //! The micro kernel function every int8 emitter fills: signature, block loop, pointer steps.
 
 use crate::family::int8::isa::I8Isa;
-use crate::family::int8::plan::I8Plan;
+use crate::family::int8::plan::{I8Plan, I8Tile};
+use crate::family::int8::spec::I8Spec;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
+/// What a micro kernel is emitted from: the format and op, the tile and the
+/// ISA's lanes. A plan has them; the model also emits tiles it is only
+/// ranking, to count their instructions ([`crate::family::int8::model`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MicroSpec {
+    pub spec: I8Spec,
+    pub tile: I8Tile,
+    pub lanes: usize,
+}
+
+impl From<&I8Plan> for MicroSpec {
+    fn from(p: &I8Plan) -> MicroSpec {
+        MicroSpec {
+            spec: p.spec,
+            tile: p.tile,
+            lanes: p.lanes,
+        }
+    }
+}
+
 /// Bytes of a column group's chunk and chunks per block (5-bit: the nibble
 /// chunks, without the plane of fifth bits after them).
-pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
+pub(crate) fn geometry(p: &MicroSpec, isa: &I8Isa) -> (usize, usize) {
     let chunk = p.lanes * isa.group_bytes;
     let plane = if p.spec.bits() == 5 { 4 } else { 0 };
     (
@@ -20,7 +41,7 @@ pub(crate) fn geometry(p: &I8Plan, isa: &I8Isa) -> (usize, usize) {
 /// own (`wh`): on 5-bit pair layouts the plane's column groups are half as
 /// wide as the nibble chunks', so a sub-tile's offset differs between the
 /// two (on lane layouts the plane is just chunk 4).
-pub(crate) fn plane_pointer(p: &I8Plan, isa: &I8Isa) -> bool {
+pub(crate) fn plane_pointer(p: &MicroSpec, isa: &I8Isa) -> bool {
     p.spec.bits() == 5 && isa.group_bytes == 8
 }
 
@@ -28,7 +49,7 @@ pub(crate) fn plane_pointer(p: &I8Plan, isa: &I8Isa) -> bool {
 /// blocks, `body` per block, then the pointer steps (`x_step` activation
 /// bytes and `d_step` scales per block), `store` after it.
 pub(crate) fn micro_fn(
-    p: &I8Plan,
+    p: &MicroSpec,
     isa: &I8Isa,
     rows: usize,
     init: TokenStream,

@@ -23,9 +23,9 @@
 //! integer / float tile of row pair `pair` and column pair `t`, `lo_{t}` /
 //! `hi_{t}` the nibble planes of column pair `t`, `e_{t}` its fifth bits.
 
+use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{geometry, micro_fn};
 use crate::family::int8::isa::I8Isa;
-use crate::family::int8::plan::I8Plan;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -35,7 +35,7 @@ fn lit(v: usize) -> Literal {
 
 /// Loads chunk `g` of the micro tile's column pairs (and, for 4-bit, splits
 /// the nibble planes as `16 q`, or for codebook formats looks the indices up).
-fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
+fn load_weights(p: &MicroSpec, isa: &I8Isa, g: usize) -> TokenStream {
     let (chunk, _) = geometry(p, isa);
     let mut out = TokenStream::new();
     for t in 0..p.tile.t_sub {
@@ -70,7 +70,7 @@ fn load_weights(p: &I8Plan, isa: &I8Isa, g: usize) -> TokenStream {
 
 /// 5-bit layouts: the plane of fifth bits (`wh`, 8 bytes per column pair),
 /// split per column pair into `e_{t}` once per block.
-fn load_fifth_bits(p: &I8Plan) -> TokenStream {
+fn load_fifth_bits(p: &MicroSpec) -> TokenStream {
     let mut out = TokenStream::new();
     if p.spec.bits() != 5 {
         return out;
@@ -92,7 +92,7 @@ fn load_fifth_bits(p: &I8Plan) -> TokenStream {
 }
 
 /// One activation row against `t_sub` column pairs with `sdot`.
-pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
+pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
     let t_sub = p.tile.t_sub;
     debug_assert!(
         t_sub.is_multiple_of(2),
@@ -157,7 +157,7 @@ pub fn micro_gemv(p: &I8Plan, isa: &I8Isa) -> TokenStream {
 }
 
 /// `rows` activation rows (in pairs) against `t_sub` column pairs with `smmla`.
-pub fn micro_mmla(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let t_sub = p.tile.t_sub;
     debug_assert!(
         t_sub.is_multiple_of(2),

@@ -3,12 +3,12 @@
 //! K blocks and tiles, and `run`), and its lines of the file header.
 
 use crate::family::int8::emit::lane::micro_kernel;
-use crate::family::int8::emit::micro::{fn_attrs, lit};
+use crate::family::int8::emit::micro::{fn_attrs, lit, MicroSpec};
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
 mod lane;
-mod micro;
+pub(crate) mod micro;
 pub mod mmla;
 pub mod sve;
 
@@ -102,7 +102,8 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let items = ops_items(&p.spec, &isa)?;
     let name = p.kernel_name();
     let module = format_ident!("{}", name);
-    let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro(p, &isa, r)).collect();
+    let m = MicroSpec::from(p);
+    let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro(&m, &isa, r)).collect();
     let driver = driver(p, &isa);
     let cfg = crate::emit::arch_cfg(isa.arch);
     let tf = crate::emit::target_feature_attr(isa.features);
@@ -195,7 +196,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
 }
 
 /// The micro kernel `micro_r{r}` of `p` for `r` activation rows.
-pub(crate) fn micro(p: &I8Plan, isa: &I8Isa, r: usize) -> TokenStream {
+pub(crate) fn micro(p: &MicroSpec, isa: &I8Isa, r: usize) -> TokenStream {
     if isa.sve_bits.is_some() {
         sve::micro_kernel(p, isa, r)
     } else if isa.group_bytes == 4 {
@@ -284,7 +285,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let full = format_ident!("micro_r{}", p.tile.m_r);
     // 5-bit pair layouts: the plane of fifth bits after the tile's nibble
     // chunks (16 bytes per column), 4 bytes per column.
-    let (wh_let, wh_arg) = if crate::family::int8::emit::micro::plane_pointer(p, isa) {
+    let (wh_let, wh_arg) = if crate::family::int8::emit::micro::plane_pointer(&p.into(), isa) {
         let (nib, plane) = (
             lit(16 * p.tile.t_u * p.lanes),
             lit(p.tile.t_sub * p.lanes * 4),

@@ -30,8 +30,8 @@
 //! `n` (blocks left), `xq{r}` / `xd{r}` (activations and their block scales
 //! of row `r`), `y`, `ldy` (bytes between output rows) and the scratch `yt`.
 
+use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::isa::I8Isa;
-use crate::family::int8::plan::I8Plan;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -114,7 +114,7 @@ fn lit(v: usize) -> Literal {
 
 /// The asm template of a micro kernel: one line per instruction, operands
 /// named as in the module documentation (`{{`/`}}` are literal braces).
-pub fn asm_lines(p: &I8Plan, rows: usize) -> Vec<String> {
+pub(crate) fn asm_lines(p: &MicroSpec, rows: usize) -> Vec<String> {
     let map = Regs::new(p.spec.bits(), p.tile.t_sub, rows);
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let chunks = p.spec.bits() as usize; // 4-byte chunks per column per block
@@ -228,7 +228,7 @@ pub fn asm_lines(p: &I8Plan, rows: usize) -> Vec<String> {
 
 /// A micro kernel for `rows` activation rows and the plan's `t_sub` column
 /// groups: the same signature as the intrinsic emitters' `micro_r{rows}`.
-pub fn micro_kernel(p: &I8Plan, isa: &I8Isa, rows: usize) -> TokenStream {
+pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let map = Regs::new(p.spec.bits(), p.tile.t_sub, rows);
     assert!(
         map.fits(),
@@ -305,7 +305,7 @@ mod tests {
     use super::*;
     use crate::family::int8::isa::SVE256;
     use crate::family::int8::model::plan;
-    use crate::family::int8::plan::I8Tile;
+    use crate::family::int8::plan::{I8Plan, I8Tile};
     use crate::family::int8::spec::I8Spec;
     use crate::spec::Op;
 
@@ -363,7 +363,7 @@ mod tests {
                         },
                         ..gemv.clone()
                     };
-                    let lines = asm_lines(&p, rows);
+                    let lines = asm_lines(&(&p).into(), rows);
                     for l in &lines {
                         if let Some(i) = l.find(", mul vl]") {
                             let imm: i64 = l[..i].rsplit('#').next().unwrap().parse().unwrap();
