@@ -14,6 +14,7 @@
 //!   `KGEN_SPECS` / `KGEN_TARGETS`); a downstream crate can generate its own
 //!   with `kgen::build::Config` and [`include_kernels!`].
 
+mod act;
 mod dispatch;
 mod error;
 mod family;

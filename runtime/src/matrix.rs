@@ -293,6 +293,16 @@ impl Matrix {
         }
     }
 
+    /// The compiled variant (`avx512`, `avx2` or `baseline`) of the int8
+    /// family's activation quantizer that a call with `m` rows runs, chosen
+    /// with its kernel; `None` for the f32 family, which reads f32.
+    pub fn activation_quantizer(&self, m: usize) -> Option<&'static str> {
+        match &self.backend {
+            Backend::F32(_) => None,
+            Backend::Int8(w) => Some(w.act_quantizer(m)),
+        }
+    }
+
     /// Seconds the repack into the kernel's layout took.
     pub fn repack_seconds(&self) -> f64 {
         match &self.backend {

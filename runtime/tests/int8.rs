@@ -62,6 +62,16 @@ fn every_int8_kernel_matches_the_oracle() {
                 assert_eq!(qm.gemm_kernel().isa, *isa);
                 assert_eq!(qm.gemv_kernel().format, format);
                 assert_eq!(qm.gemm_kernel().format, format);
+                // The activation quantizer goes with the kernel's ISA.
+                let vector = cfg!(target_arch = "x86_64")
+                    && qm
+                        .gemv_kernel()
+                        .features
+                        .iter()
+                        .any(|f| ["avx2", "avx512f"].contains(f));
+                let quantizer = if vector { "avx2" } else { "baseline" };
+                assert_eq!(qm.activation_quantizer(1), Some(quantizer), "{isa}");
+                assert_eq!(qm.activation_quantizer(7), Some(quantizer), "{isa}");
                 for &m in ROWS {
                     let x = Rng::new(k as u64 + m as u64).vec_f32(m * k);
                     let mut y = vec![f32::NAN; m * n];
@@ -79,7 +89,9 @@ fn every_int8_kernel_matches_the_oracle() {
                         ),
                     );
                     runs += 1;
-                    *per_isa.entry(format!("{format} {isa}")).or_insert(0) += 1;
+                    *per_isa
+                        .entry(format!("{format} {isa} (activations: {quantizer})"))
+                        .or_insert(0) += 1;
                 }
             }
         }

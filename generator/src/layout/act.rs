@@ -73,49 +73,97 @@ pub fn quantize_activations_as(
     k_pad: usize,
     fmt: ActFormat,
 ) -> QuantizedActivations {
+    let mut out = QuantizedActivations::default();
+    quantize_into(x, m, k, k_pad, fmt, &mut out);
+    out
+}
+
+/// [`quantize_activations_as`] into `out`, reusing its buffers.
+pub fn quantize_into(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    k_pad: usize,
+    fmt: ActFormat,
+    out: &mut QuantizedActivations,
+) {
+    quantize_with(x, m, k, k_pad, fmt, out, quantize_block)
+}
+
+/// The layout half of [`quantize_into`], with the arithmetic of one block
+/// passed in: a runtime compiles it again around a vector `block` for its
+/// ISA (`#[inline(always)]`, so it inlines into that `#[target_feature]`
+/// function). `block` must give exactly [`quantize_block`]'s result.
+#[inline(always)]
+pub fn quantize_with(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    k_pad: usize,
+    fmt: ActFormat,
+    out: &mut QuantizedActivations,
+    block: impl Fn(&[f32; QK]) -> (f32, [i8; QK], i32),
+) {
+    assert!(x.len() >= m * k && k <= k_pad && k_pad.is_multiple_of(QK));
     let blocks = k_pad / QK;
     let bias = fmt.bias();
     let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
-    let mut out = QuantizedActivations {
-        q: vec![0; rows * k_pad],
-        d: vec![0.0; rows * blocks * d_per_row],
-        c: vec![0; m * blocks],
-    };
-    let mut buf = [0f32; QK];
+    out.q.clear();
+    out.q.resize(rows * k_pad, 0);
+    out.d.clear();
+    out.d.resize(rows * blocks * d_per_row, 0.0);
+    out.c.clear();
+    out.c.resize(m * blocks, 0);
     for r in 0..m {
+        let row = &x[r * k..(r + 1) * k];
+        let (pair, odd) = (r / 2, r % 2);
         for b in 0..blocks {
             let lo = b * QK;
-            let hi = (lo + QK).min(k);
-            buf.fill(0.0);
-            if lo < k {
-                buf[..hi - lo].copy_from_slice(&x[r * k + lo..r * k + hi]);
+            let mut buf = [0f32; QK];
+            if lo + QK <= k {
+                buf.copy_from_slice(&row[lo..lo + QK]);
+            } else if lo < k {
+                buf[..k - lo].copy_from_slice(&row[lo..]);
             }
-            let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            let (pair, odd) = (r / 2, r % 2);
-            for (i, v) in buf.iter().enumerate() {
-                let q = (v * id).round().clamp(-127.0, 127.0) as i8;
-                let at = if fmt.row_pairs {
-                    pair * 2 * k_pad + b * 2 * QK + (i / 8) * 16 + odd * 8 + i % 8
-                } else {
-                    r * k_pad + lo + i
-                };
-                out.q[at] = q;
-                sum += q as i32;
-            }
+            let (d, q, sum) = block(&buf);
             if fmt.row_pairs {
+                // Per 8 values: 8 bytes of the even row, then 8 of the odd one.
+                let base = pair * 2 * k_pad + b * 2 * QK + odd * 8;
+                for (c, chunk) in q.chunks_exact(8).enumerate() {
+                    out.q[base + c * 16..base + c * 16 + 8].copy_from_slice(chunk);
+                }
                 let at = (pair * blocks + b) * 4 + 2 * odd;
                 out.d[at..at + 2].fill(d * fmt.scale);
             } else {
+                out.q[r * k_pad + lo..r * k_pad + lo + QK].copy_from_slice(&q);
                 out.d[r * blocks + b] = d * fmt.scale;
             }
             out.c[r * blocks + b] = bias * sum;
         }
     }
-    out
+}
+
+/// One 32-block, Q8_0 arithmetic: scale `d = amax / 127` (NaN values do
+/// not count), levels `round(v / d)` (half away from zero) clamped to +-127
+/// (a NaN value becomes 0), and their sum.
+pub fn quantize_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
+    let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let (d, id) = block_scale(amax);
+    let mut q = [0i8; QK];
+    for (o, v) in q.iter_mut().zip(buf) {
+        *o = (v * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    let sum = q.iter().map(|&v| v as i32).sum();
+    (d, q, sum)
+}
+
+/// A block's scale and its inverse from its largest magnitude: the scalar
+/// part every quantizer shares, so all give the same bits.
+#[inline(always)]
+pub fn block_scale(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d > 0.0 { 1.0 / d } else { 0.0 })
 }
 
 /// The oracle for the int8 family: `y = x W` with the activations exactly as

@@ -2,11 +2,12 @@
 //! IQ4_NL weights (or kgen's own symmetric 4/8-bit groups) repacked for the
 //! int8-activation kernels, activations quantized per call.
 
+use crate::act::{self, ActQuantizer};
 use crate::error::Error;
 use crate::kernel::{Int8Params, KernelEntry};
 use crate::pool::{self, Pool};
 use kgen::format::ggml::{GgmlMatrix, QK};
-use kgen::layout::act::{quantize_activations_as, ActFormat};
+use kgen::layout::act::{ActFormat, QuantizedActivations};
 use kgen::layout::int8::{I8Layout, I8Packed};
 use std::time::Instant;
 
@@ -18,6 +19,8 @@ pub(crate) struct Int8Matrix {
     gemm: KernelEntry,
     gemv_p: Int8Params,
     gemm_p: Int8Params,
+    /// Activation quantizers compiled for the GEMV's and the GEMM's ISA.
+    act: [ActQuantizer; 2],
     repack_seconds: f64,
 }
 
@@ -111,6 +114,7 @@ impl Int8Matrix {
             gemm,
             gemv_p,
             gemm_p,
+            act: [act::for_kernel(&gemv), act::for_kernel(&gemm)],
             repack_seconds,
         })
     }
@@ -129,6 +133,11 @@ impl Int8Matrix {
 
     pub(crate) fn gemm_kernel(&self) -> &KernelEntry {
         &self.gemm
+    }
+
+    /// The activation quantizer a call with `m` rows uses.
+    pub(crate) fn act_quantizer(&self, m: usize) -> &'static str {
+        self.act[usize::from(m != 1)].name
     }
 
     pub(crate) fn repack_seconds(&self) -> f64 {
@@ -158,7 +167,8 @@ impl Int8Matrix {
             scale: l.x_scale(),
             ..ActFormat::plain(l.format)
         };
-        let xa = quantize_activations_as(x, m, l.k, l.k_pad, fmt);
+        let mut xa = QuantizedActivations::default();
+        self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
         let (w, sc) = (
             self.packed.w.as_bytes().as_ptr() as usize,
             self.packed.sc.as_ptr() as usize,
