@@ -70,13 +70,54 @@ enum Command {
 }
 
 /// An int8-family format by its tag in the format table.
-fn parse_int8_format(s: &str) -> Result<I8Spec, String> {
-    I8Spec::from_tag(Op::Gemv, s).ok_or_else(|| {
-        format!(
-            "`{s}` is not an int8 format (one of {})",
-            kgen::build::int8_format_tags().join(", ")
-        )
-    })
+/// `--format`: a tag of the format table's int8 rows, which clap lists as
+/// the possible values in `--help` and in its errors.
+#[derive(Clone)]
+struct Int8FormatParser;
+
+impl clap::builder::TypedValueParser for Int8FormatParser {
+    type Value = I8Spec;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<I8Spec, clap::Error> {
+        let tag = value.to_string_lossy();
+        I8Spec::from_tag(Op::Gemv, &tag).ok_or_else(|| {
+            let mut e = clap::Error::new(clap::error::ErrorKind::InvalidValue).with_cmd(cmd);
+            use clap::error::{ContextKind, ContextValue};
+            if let Some(arg) = arg {
+                e.insert(
+                    ContextKind::InvalidArg,
+                    ContextValue::String(arg.to_string()),
+                );
+            }
+            e.insert(
+                ContextKind::InvalidValue,
+                ContextValue::String(tag.into_owned()),
+            );
+            e.insert(
+                ContextKind::ValidValue,
+                ContextValue::Strings(
+                    kgen::build::int8_format_tags()
+                        .into_iter()
+                        .map(String::from)
+                        .collect(),
+                ),
+            );
+            e
+        })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            kgen::format::int8_formats().map(|f| clap::builder::PossibleValue::new(f.tag)),
+        ))
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -90,9 +131,9 @@ struct TuneArgs {
     /// f32 family: group size.
     #[arg(long, short, default_value = "32")]
     group: String,
-    /// Tune the int8 family for this GGUF format (`q4_0`, `q8_0`, `iq4_nl`)
-    /// instead of the f32 family's --bits/--group.
-    #[arg(long, value_parser = parse_int8_format, conflicts_with_all = ["bits", "group"])]
+    /// Tune the int8 family for this GGUF format instead of the f32
+    /// family's --bits/--group.
+    #[arg(long, value_parser = Int8FormatParser, conflicts_with_all = ["bits", "group"])]
     format: Option<I8Spec>,
     #[arg(long, value_enum, default_value = "gemv")]
     op: OpArg,
@@ -143,8 +184,8 @@ struct SpecArgs {
     #[arg(long, short, default_value = "128")]
     group: String,
     /// The int8-activation family for GGUF weights instead of the f32
-    /// family's --bits/--group: a format tag (`q4_0`, `q8_0`, `iq4_nl`).
-    #[arg(long, value_parser = parse_int8_format, conflicts_with_all = ["bits", "group", "tile", "order"])]
+    /// family's --bits/--group: a format tag of the format table.
+    #[arg(long, value_parser = Int8FormatParser, conflicts_with_all = ["bits", "group", "tile", "order"])]
     format: Option<I8Spec>,
     /// ISAs to emit: `best`, `all`, or a comma-separated list
     /// (f32: avx512f,avx2,neon,portable; int8: avx512vnni,avxvnni,avx2,i8mm,sve256,dotprod,portable).

@@ -196,6 +196,21 @@ fn format_excludes_bits_group_and_unknown_formats_are_named() {
         err.contains("q5_k") && err.contains("q4_0") && err.contains("iq4_nl"),
         "{err}"
     );
+    // Help lists the format table's int8 rows, not a hand-kept list.
+    for cmd in [
+        &["gen", "--help"][..],
+        &["plan", "--help"],
+        &["tune", "--help"],
+    ] {
+        let help = ok(cmd);
+        for f in kgen::format::int8_formats() {
+            assert!(
+                help.contains(f.tag),
+                "{cmd:?} --help lacks {}: {help}",
+                f.tag
+            );
+        }
+    }
 }
 
 #[test]
