@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Peer benchmark: llama.cpp (ggml CPU backend) Q4_0 mul_mat, plain and repacked.
+# Peer benchmark: llama.cpp (ggml CPU backend) mul_mat on Q4_0 / Q8_0 / Q5_0 /
+# IQ4_NL weights, plain and repacked.
 # Fetches the llama.cpp source vendored in the llama-cpp-python sdist (PyPI),
 # builds ggml-base + ggml-cpu only (Release, GGML_NATIVE=ON, no OpenMP),
-# compiles bench_q4_0.cpp against them and runs it. Idempotent: each step is
-# skipped or incremental when its output is already there.
+# compiles bench_mul_mat.cpp against them and runs it. Idempotent: each step is
+# skipped or incremental when its output is already there. Needs cmake
+# (`pip install cmake` if the system has none) and g++.
 #
-#   bash benches/llamacpp/run.sh                 # all cases
-#   bash benches/llamacpp/run.sh --threads 1     # extra args go to the bench
+#   bash benches/llamacpp/run.sh                 # all Q4_0 cases
+#   bash benches/llamacpp/run.sh --type q4_0,iq4_nl --threads 1   # extra args go to the bench
+#   bash benches/llamacpp/run.sh --build-only    # build, print the bench's path, run nothing
 #
 # Environment: LCP_VERSION (0.3.36), LCP_DIR (/tmp/lcp), LCP_BUILD (/tmp/lcp-build),
 # JOBS (2), LLAMAFILE (OFF; ON routes the non-repacked Q4_0 path through
@@ -22,6 +25,12 @@ JOBS="${JOBS:-2}"
 LLAMAFILE="${LLAMAFILE:-OFF}"
 
 SRC="$LCP_DIR/llama_cpp_python-$LCP_VERSION/vendor/llama.cpp/ggml"
+BUILD_ONLY=0
+if [ "${1:-}" = --build-only ]; then
+    BUILD_ONLY=1
+    shift
+fi
+command -v cmake > /dev/null || { echo "run.sh: cmake not found (pip install cmake)" >&2; exit 1; }
 
 # 1. source
 if [ ! -f "$SRC/CMakeLists.txt" ]; then
@@ -29,7 +38,11 @@ if [ ! -f "$SRC/CMakeLists.txt" ]; then
     TARBALL="$LCP_DIR/llama_cpp_python-$LCP_VERSION.tar.gz"
     if [ ! -f "$TARBALL" ]; then
         echo "== downloading llama-cpp-python==$LCP_VERSION sdist into $LCP_DIR" >&2
-        python3 -m pip download "llama-cpp-python==$LCP_VERSION" --no-deps --no-binary :all: -d "$LCP_DIR" >&2
+        # --no-binary for this package only: with :all:, pip would also build
+        # the sdist's build requirements (cmake, ninja) from source to read
+        # its metadata, which takes many minutes.
+        python3 -m pip download "llama-cpp-python==$LCP_VERSION" --no-deps \
+            --no-binary llama-cpp-python -d "$LCP_DIR" >&2
     fi
     echo "== extracting $TARBALL" >&2
     tar -xzf "$TARBALL" -C "$LCP_DIR"
@@ -73,12 +86,17 @@ LIB_BASE="$(find "$LCP_BUILD" -name libggml-base.a | head -n1)"
 LIB_CPU="$(find "$LCP_BUILD" -name libggml-cpu.a | head -n1)"
 
 # 4. the bench program
-BIN="$LCP_BUILD/bench_q4_0"
-if [ ! -x "$BIN" ] || [ "$HERE/bench_q4_0.cpp" -nt "$BIN" ] || [ "$LIB_CPU" -nt "$BIN" ] || [ "$LIB_BASE" -nt "$BIN" ]; then
+BIN="$LCP_BUILD/bench_mul_mat"
+if [ ! -x "$BIN" ] || [ "$HERE/bench_mul_mat.cpp" -nt "$BIN" ] || [ "$LIB_CPU" -nt "$BIN" ] || [ "$LIB_BASE" -nt "$BIN" ]; then
     echo "== compiling $BIN" >&2
     g++ -std=c++17 -O2 -march=native -I"$SRC/include" \
-        "$HERE/bench_q4_0.cpp" -o "$BIN" \
+        "$HERE/bench_mul_mat.cpp" -o "$BIN" \
         "$LIB_CPU" "$LIB_BASE" -lpthread -lm
+fi
+
+if [ "$BUILD_ONLY" = 1 ]; then
+    echo "$BIN"
+    exit 0
 fi
 
 # 5. optional: show with perf which kernels actually run (VERIFY=1)

@@ -1,4 +1,7 @@
-//! Shared helpers for the benches: paired timing and machine read bandwidth.
+//! Shared helpers for the benches: paired timing and machine read bandwidth;
+//! [`peer`] for the peer bench programs (`benches/peers.sh`).
+
+pub mod peer;
 
 use std::time::Instant;
 
@@ -7,15 +10,7 @@ pub fn median_secs(reps: usize, warm: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..warm {
         f();
     }
-    let mut t: Vec<f64> = (0..reps)
-        .map(|_| {
-            let s = Instant::now();
-            f();
-            s.elapsed().as_secs_f64()
-        })
-        .collect();
-    t.sort_by(f64::total_cmp);
-    t[t.len() / 2]
+    peer::sorted_samples(reps, f)[reps / 2]
 }
 
 /// Medians of two workloads timed alternately, so drift hits both alike.

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# One peer bench: kgen next to llama.cpp and candle, per case (format, op,
+# shape, m, threads), with the ratios.
+#
+#   bash benches/peers.sh                                   # the default cases
+#   bash benches/peers.sh --formats q4_0,q8_0 --m 1,32 --threads 1 --min-time 0.2
+#   bash benches/peers.sh --large --busy --dram             # everything
+#
+# Options (lists are comma-separated):
+#   --formats F   q4_0,q8_0,iq4_nl,q5_0 (default: all four)
+#   --shapes S    KxN shapes, K the reduction (default 4096x4096)
+#   --large       add 11008x4096 and 4096x11008 to the shapes
+#   --m M         activation rows (default 1,32,128; m=1 is the GEMV)
+#   --threads T   thread counts (default 1,2, capped at the CPUs online)
+#   --min-time S  seconds of timed calls per case and peer (default 0.5)
+#   --busy        also run kgen and llama.cpp on 1 and 2 threads beside a
+#                 spinner process (a shell busy loop, pinned to no core), and
+#                 report 2-thread / 1-thread
+#   --dram        also a DRAM-resident GEMV for kgen: enough 4096x11008
+#                 matrices to hold 4x the L3 cache (from sysfs), called in
+#                 turn, against the read bandwidth measured in the same run
+#   --out DIR     keep the raw lines in DIR (default: a fresh temporary dir)
+#
+# Each peer runs in its own process, one after another, never two at once:
+#   kgen      benches/src/bin/kgen_peer.rs, an ordinary release build (no
+#             target-cpu=native: RUSTFLAGS is cleared for it), kgen_runtime's
+#             Matrix on a Pool of T threads; the kernel is the one dispatch
+#             picks at run time.
+#   llama.cpp benches/llamacpp/bench_mul_mat.cpp on ggml's CPU backend
+#             (GGML_NATIVE build, see benches/llamacpp/README.md), modes
+#             plain and repack; the table takes the faster one per case.
+#   candle    benches/candle-peer, candle-core's QMatMul, built with
+#             RUSTFLAGS="-C target-cpu=native" in its own target directory
+#             ($CARGO_TARGET_DIR/candle-native), one process per thread count
+#             (RAYON_NUM_THREADS=T sizes its pool). It has no IQ4_NL (n/a);
+#             its Q4K, its best 4-bit format on x86, is timed too.
+# The table goes to stdout; the peers' lines and diagnostics go to stderr.
+# Every peer checks its results against the dequantized weights (relative
+# error below 2e-2) and fails the run otherwise.
+#
+# Timing, in all three: 3 warm-up calls, then about --min-time seconds of
+# calls (10 to 2000), median; weights stay warm in cache between calls,
+# except in the DRAM case. GFLOPS = 2*m*K*N / t; GB/s (m=1) = weight bytes
+# of the format / t. Ratios above 1 mean kgen is faster.
+#
+# Environment: CARGO_TARGET_DIR (where kgen_peer is built; candle goes to
+# its candle-native subdirectory), and run.sh's LCP_* / JOBS for llama.cpp.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+FORMATS=q4_0,q8_0,iq4_nl,q5_0
+SHAPES=4096x4096
+MS=1,32,128
+THREADS=1,2
+MIN_TIME=0.5
+BUSY=0
+DRAM=0
+LARGE=0
+OUT=""
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --formats) FORMATS="$2"; shift 2 ;;
+        --shapes) SHAPES="$2"; shift 2 ;;
+        --large) LARGE=1; shift ;;
+        --m) MS="$2"; shift 2 ;;
+        --threads) THREADS="$2"; shift 2 ;;
+        --min-time) MIN_TIME="$2"; shift 2 ;;
+        --busy) BUSY=1; shift ;;
+        --dram) DRAM=1; shift ;;
+        --out) OUT="$2"; shift 2 ;;
+        -h|--help) usage ;;
+        *) echo "peers.sh: unknown argument $1" >&2; usage ;;
+    esac
+done
+
+[ "$LARGE" = 1 ] && SHAPES="$SHAPES,11008x4096,4096x11008"
+CPUS="$(nproc)"
+THREADS="$(tr ',' '\n' <<< "$THREADS" | awk -v c="$CPUS" '$1 <= c' | paste -sd, -)"
+[ -n "$THREADS" ] || { echo "peers.sh: no thread count fits $CPUS CPUs" >&2; exit 2; }
+if [ "$BUSY" = 1 ] && [ "$CPUS" -lt 2 ]; then
+    echo "peers.sh: --busy needs 2 CPUs" >&2; exit 2
+fi
+# candle's formats: the GGUF ones it has, plus its Q4K as the 4-bit reference.
+CANDLE_FORMATS="$FORMATS"
+case ",$FORMATS," in *,q4_0,*|*,iq4_nl,*) CANDLE_FORMATS="$FORMATS,q4k" ;; esac
+
+TGT="${CARGO_TARGET_DIR:-$ROOT/target}"
+[ -n "$OUT" ] || OUT="$(mktemp -d /tmp/kgen-peers.XXXXXX)"
+mkdir -p "$OUT"
+LOG="$OUT/peers.log"
+: > "$LOG"
+
+# 1. builds, one after another
+echo "== building kgen_peer (default release build, RUSTFLAGS cleared)" >&2
+(cd "$ROOT" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS CARGO_TARGET_DIR="$TGT" \
+    cargo build --release -q -p kgen-benches --bin kgen_peer)
+KGEN="$TGT/release/kgen_peer"
+echo "== building candle_peer (RUSTFLAGS=-C target-cpu=native, $TGT/candle-native)" >&2
+(cd "$ROOT" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="-C target-cpu=native" \
+    CARGO_TARGET_DIR="$TGT/candle-native" \
+    cargo build --release -q -p kgen-candle-peer --bin candle_peer)
+CANDLE="$TGT/candle-native/release/candle_peer"
+echo "== building llama.cpp's bench (benches/llamacpp/run.sh)" >&2
+LCP="$(bash "$ROOT/benches/llamacpp/run.sh" --build-only)"
+
+SPIN_PID=""
+stop_spinner() {
+    if [ -n "$SPIN_PID" ]; then
+        kill "$SPIN_PID" 2> /dev/null || true
+        wait "$SPIN_PID" 2> /dev/null || true
+        SPIN_PID=""
+    fi
+}
+trap stop_spinner EXIT
+trap 'exit 130' INT TERM
+
+# 2. runs, one after another; stdout lines (tagged) go to the log
+run() { # label sed-script command...: the command's lines, edited, to the log (and stderr)
+    echo "== $1" >&2
+    local script="$2"
+    shift 2
+    "$@" | sed -u "$script" | tee -a "$LOG" >&2
+}
+CASES=(--shapes "$SHAPES" --m "$MS" --min-time "$MIN_TIME")
+DRAM_ARG=()
+[ "$DRAM" = 1 ] && DRAM_ARG=(--dram)
+{
+    echo "MACHINE cpu=\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')\"" \
+         "cpus=$CPUS load1=$(cut -d' ' -f1 /proc/loadavg)"
+} | tee -a "$LOG" >&2
+run "kgen: $FORMATS" "" "$KGEN" --formats "$FORMATS" --threads "$THREADS" "${CASES[@]}" "${DRAM_ARG[@]}"
+run "llama.cpp: $FORMATS" "" "$LCP" --type "$FORMATS" --modes plain,repack --threads "$THREADS" "${CASES[@]}"
+for t in ${THREADS//,/ }; do
+    run "candle: $CANDLE_FORMATS, $t thread(s)" "" env RAYON_NUM_THREADS="$t" \
+        "$CANDLE" --formats "$CANDLE_FORMATS" --threads "$t" "${CASES[@]}"
+done
+
+if [ "$BUSY" = 1 ]; then
+    sh -c 'while :; do :; done' &
+    SPIN_PID=$!
+    sleep 0.3
+    echo "== busy core: spinner pid $SPIN_PID" >&2
+    run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /' \
+        "$KGEN" --formats "$FORMATS" --threads 1,2 "${CASES[@]}"
+    run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
+        "$LCP" --type "$FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"
+    stop_spinner
+fi
+
+# 3. the table, alone on stdout
+python3 "$ROOT/benches/peers_table.py" "$LOG"
+echo "raw lines: $LOG" >&2

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The table of benches/peers.sh, from the lines its peers printed.
+
+    python3 benches/peers_table.py peers.log
+
+Reads `TAG key=value ...` lines: KGEN, CANDLE and LLAMACPP (one per case),
+KGEN_BUSY and LLAMACPP_BUSY (the same beside a spinner process), KGEN_DRAM
+(the DRAM-resident GEMV) and MACHINE. Prints one row per case with kgen's
+GFLOPS (and GB/s of weights for a GEMV), llama.cpp's faster mode, candle, and
+the ratios kgen/peer (above 1: kgen is faster); then 2-thread / 1-thread
+beside the spinner, then the DRAM case against the read bandwidth.
+"""
+
+import shlex
+import signal
+import sys
+from collections import OrderedDict
+
+
+def parse(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = shlex.split(line.strip())
+            if not parts or "=" in parts[0]:
+                continue
+            kv = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+            kv["tag"] = parts[0]
+            rows.append(kv)
+    return rows
+
+
+def key(r):
+    return (r["format"], r["shape"], int(r["m"]), int(r["threads"]))
+
+
+def num(r, field):
+    if r is None or r.get("status") == "n/a" or field not in r:
+        return None
+    return float(r[field])
+
+
+def fmt(v, spec="{:.1f}"):
+    return "n/a" if v is None else spec.format(v)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def table(header, rows):
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    out = []
+    for i, r in enumerate([header] + rows):
+        out.append("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def best_llama(rows, tag, k):
+    """The faster llama.cpp mode for a case: (gflops, gbs, mode, kernel)."""
+    best = None
+    for r in rows:
+        if r["tag"] != tag or key(r) != k or num(r, "gflops") is None:
+            continue
+        if best is None or float(r["gflops"]) > float(best["gflops"]):
+            best = r
+    return best
+
+
+def main(path):
+    rows = parse(path)
+    for r in rows:
+        if r["tag"] == "MACHINE":
+            print(f"machine: {r.get('cpu', '?')}, {r.get('cpus', '?')} CPUs, "
+                  f"load average {r.get('load1', '?')} at the start")
+    kgen = OrderedDict((key(r), r) for r in rows if r["tag"] == "KGEN")
+    candle = {key(r): r for r in rows if r["tag"] == "CANDLE"}
+
+    header = ["format", "op", "shape", "m", "thr", "kgen GFLOPS", "kgen GB/s",
+              "llama.cpp GFLOPS", "candle GFLOPS", "candle Q4K",
+              "kgen/llama", "kgen/candle", "kgen/Q4K", "kgen kernel", "llama.cpp kernel"]
+    out = []
+    for k, r in kgen.items():
+        fmt_, shape, m, t = k
+        kg = num(r, "gflops")
+        ll = best_llama(rows, "LLAMACPP", k)
+        lg = num(ll, "gflops")
+        cg = num(candle.get(k), "gflops")
+        q4k = None
+        if fmt_ in ("q4_0", "iq4_nl"):
+            q4k = num(candle.get(("q4k", shape, m, t)), "gflops")
+        out.append([
+            fmt_, "gemv" if m == 1 else "gemm", shape, m, t,
+            fmt(kg), fmt(num(r, "gbs")) if m == 1 else "",
+            f"{fmt(lg)} ({ll['mode']})" if ll else "n/a",
+            fmt(cg), fmt(q4k) if fmt_ in ("q4_0", "iq4_nl") else "",
+            fmt(ratio(kg, lg), "{:.2f}"), fmt(ratio(kg, cg), "{:.2f}"),
+            fmt(ratio(kg, q4k), "{:.2f}") if fmt_ in ("q4_0", "iq4_nl") else "",
+            r.get("kernel", "?"), ll.get("kernel", "?") if ll else "",
+        ])
+    if out:
+        print()
+        print("kgen next to llama.cpp (faster of plain/repack) and candle (target-cpu=native); "
+              "ratios above 1: kgen faster")
+        print(table(header, out))
+
+    busy_k = OrderedDict((key(r), r) for r in rows if r["tag"] == "KGEN_BUSY")
+    if busy_k:
+        print()
+        print("busy core: beside a spinner process; 2T/1T is the 2-thread GFLOPS over the "
+              "1-thread GFLOPS (target: never below 1)")
+        header = ["format", "op", "shape", "m", "kgen 1T", "kgen 2T", "kgen 2T/1T",
+                  "kgen 2T/1T quiet", "llama.cpp 1T", "llama.cpp 2T", "llama.cpp 2T/1T"]
+        out = []
+        for (fmt_, shape, m, t), r in busy_k.items():
+            if t != 1:
+                continue
+            k1, k2 = (fmt_, shape, m, 1), (fmt_, shape, m, 2)
+            b1, b2 = num(r, "gflops"), num(busy_k.get(k2), "gflops")
+            q1, q2 = num(kgen.get(k1), "gflops"), num(kgen.get(k2), "gflops")
+            l1 = num(best_llama(rows, "LLAMACPP_BUSY", k1), "gflops")
+            l2 = num(best_llama(rows, "LLAMACPP_BUSY", k2), "gflops")
+            out.append([fmt_, "gemv" if m == 1 else "gemm", shape, m, fmt(b1), fmt(b2),
+                        fmt(ratio(b2, b1), "{:.2f}"), fmt(ratio(q2, q1), "{:.2f}"),
+                        fmt(l1), fmt(l2), fmt(ratio(l2, l1), "{:.2f}")])
+        print(table(header, out))
+
+    dram = [r for r in rows if r["tag"] == "KGEN_DRAM"]
+    if dram:
+        print()
+        r0 = dram[0]
+        print(f"DRAM-resident GEMV: {r0['shape']}, {r0['mats']} matrices of the format in turn "
+              f"(about {r0['weights_mb']} MB, L3 {r0['l3_mb']} MiB from {r0['l3_from']}), "
+              "against the read bandwidth with as many threads")
+        header = ["format", "thr", "mats", "MB", "kgen GB/s", "read GB/s", "fraction", "kernel"]
+        print(table(header, [[r["format"], r["threads"], r["mats"], r["weights_mb"], r["gbs"],
+                              r["read_gbs"], r["fraction"], r["kernel"]] for r in dram]))
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet when the reader goes away
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
