@@ -69,17 +69,6 @@ fn cpu_has(feature: &str) -> bool {
     }
 }
 
-fn baseline(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    k_pad: usize,
-    fmt: ActFormat,
-    out: &mut QuantizedActivations,
-) {
-    quantize_into(x, m, k, k_pad, fmt, out)
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2(
@@ -159,7 +148,7 @@ pub(crate) const QUANTIZERS: &[ActQuantizer] = &[
     ActQuantizer {
         name: "baseline",
         features: &[],
-        run: baseline,
+        run: quantize_into,
     },
 ];
 

@@ -128,6 +128,32 @@ fn i8_formats() -> Vec<(&'static str, u32)> {
         .collect()
 }
 
+/// For every row count: the same output on every pool, and rows of it
+/// against the family's oracle (`oracle(x_row, y_row, what)`).
+fn every_row_count(
+    qm: &Matrix,
+    pools: &[Pool],
+    label: &str,
+    seed: u64,
+    oracle: impl Fn(&[f32], &[f32], &str),
+) {
+    let (k, n) = (qm.k(), qm.n());
+    for m in ROWS {
+        let x = Rng::new(k as u64 * seed + m as u64).vec_f32(m * k);
+        let what = format!(
+            "{label} {k}x{n} {} / {} t_b {}",
+            qm.gemv_kernel().name,
+            qm.gemm_kernel().name,
+            qm.kernel().t_b
+        );
+        let y = same_on_every_pool(qm, pools, &x, m, &what);
+        for r in oracle_rows(m) {
+            let (xr, yr) = (&x[r * k..(r + 1) * k], &y[r * n..(r + 1) * n]);
+            oracle(xr, yr, &format!("{what} row {r} of {m}"));
+        }
+    }
+}
+
 #[test]
 fn f32_family_is_bit_identical_on_any_thread_count() {
     let reg = best();
@@ -138,20 +164,10 @@ fn f32_family_is_bit_identical_on_any_thread_count() {
         for (si, &(k, n)) in F32_SHAPES.iter().enumerate() {
             let w = random_gptq(k, n, bits, group, 100 + si as u64 + bits as u64);
             let qm = Matrix::from_gptq_with(&reg, &w).unwrap();
-            for m in ROWS {
-                let x = Rng::new(k as u64 * 5 + m as u64).vec_f32(m * k);
-                let what = format!(
-                    "{bits}:{group} {k}x{n} {} / {} t_b {}",
-                    qm.gemv_kernel().name,
-                    qm.gemm_kernel().name,
-                    qm.kernel().t_b
-                );
-                let y = same_on_every_pool(&qm, &pools, &x, m, &what);
-                for r in oracle_rows(m) {
-                    let (xr, yr) = (&x[r * k..(r + 1) * k], &y[r * n..(r + 1) * n]);
-                    check(&w, xr, 1, yr, &format!("{what} row {r} of {m}"));
-                }
-            }
+            let label = format!("{bits}:{group}");
+            every_row_count(&qm, &pools, &label, 5, |xr, yr, what| {
+                check(&w, xr, 1, yr, what)
+            });
         }
     }
 }
@@ -168,20 +184,9 @@ fn int8_family_is_bit_identical_on_any_thread_count() {
             let w = quantize_symmetric(&wf, k, n, bits, 32);
             let qm = Matrix::from_ggml_with(&reg, &w).unwrap();
             assert_eq!(qm.gemv_kernel().format, format);
-            for m in ROWS {
-                let x = Rng::new(k as u64 * 3 + m as u64).vec_f32(m * k);
-                let what = format!(
-                    "{format} {k}x{n} {} / {} t_b {}",
-                    qm.gemv_kernel().name,
-                    qm.gemm_kernel().name,
-                    qm.kernel().t_b
-                );
-                let y = same_on_every_pool(&qm, &pools, &x, m, &what);
-                for r in oracle_rows(m) {
-                    let (xr, yr) = (&x[r * k..(r + 1) * k], &y[r * n..(r + 1) * n]);
-                    check_i8(&w, xr, k, 1, yr, &format!("{what} row {r} of {m}"));
-                }
-            }
+            every_row_count(&qm, &pools, format, 3, |xr, yr, what| {
+                check_i8(&w, xr, k, 1, yr, what)
+            });
         }
     }
 }
