@@ -35,6 +35,30 @@ pub struct I8Isa {
     /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
     /// broadcast loads limited it.
     pub x_quad: bool,
+    /// The `asm!` register class of an integer vector, where the micro
+    /// kernels fence their accumulators after every chunk (see
+    /// [`crate::family::int8::emit`]'s lane kernels); `None` where the
+    /// dot instruction is itself an `asm!` block (aarch64) or there is no
+    /// instruction set to name (portable).
+    pub fence_class: Option<&'static str>,
+    /// The fence also takes the weight and activation pointers, so no load
+    /// of a chunk moves above the previous chunk's fence: with 32 registers
+    /// LLVM otherwise hoists the next chunks' loads (and their unpacking)
+    /// until it spills (`generator/examples/spills.rs` on x86-64-v4-vnni: iq4_nl
+    /// 8x16 72 stack accesses without, 0 with). On AVX2 it costs more than
+    /// it saves (iq4_nl 4x8: 2 without, 18 with).
+    pub fence_pointers: bool,
+    /// Count one more register per weight vector a signed dot (`dot_s`:
+    /// 8-bit and codebook levels) reads: x86 has no signed x signed byte
+    /// dot, so it keeps `|w|` beside `w`, shared by the tile's rows. Set
+    /// where compiled kernels show it (`generator/examples/spills.rs`): on
+    /// AVX-512, where without it the model picked iq4_nl 5x32 (98 stack
+    /// accesses) and with it every pick compiles without spilling. The
+    /// 16-register AVX2 ISAs leave it out: their 8-bit kernels hold one
+    /// activation vector and no nibble mask, two fewer than the count
+    /// assumes, and every tile the count admits there compiled without a
+    /// spill but q8_0 5x8.
+    pub signed_dot_abs: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -55,6 +79,9 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     mmla: false,
     sve_bits: None,
     x_quad: false,
+    fence_class: Some("zmm_reg"),
+    fence_pointers: true,
+    signed_dot_abs: true,
 };
 
 pub const AVXVNNI: I8Isa = I8Isa {
@@ -71,6 +98,9 @@ pub const AVXVNNI: I8Isa = I8Isa {
     mmla: false,
     sve_bits: None,
     x_quad: false,
+    fence_class: Some("ymm_reg"),
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 pub const AVX2: I8Isa = I8Isa {
@@ -87,6 +117,9 @@ pub const AVX2: I8Isa = I8Isa {
     mmla: false,
     sve_bits: None,
     x_quad: true,
+    fence_class: Some("ymm_reg"),
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 pub const DOTPROD: I8Isa = I8Isa {
@@ -103,6 +136,9 @@ pub const DOTPROD: I8Isa = I8Isa {
     mmla: false,
     sve_bits: None,
     x_quad: false,
+    fence_class: None,
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 pub const I8MM: I8Isa = I8Isa {
@@ -119,6 +155,9 @@ pub const I8MM: I8Isa = I8Isa {
     mmla: true,
     sve_bits: None,
     x_quad: false,
+    fence_class: None,
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 pub const PORTABLE: I8Isa = I8Isa {
@@ -135,6 +174,9 @@ pub const PORTABLE: I8Isa = I8Isa {
     mmla: false,
     sve_bits: None,
     x_quad: false,
+    fence_class: None,
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 /// SVE at 256-bit vectors (Neoverse V1): the lane layout with 8 columns per
@@ -153,6 +195,9 @@ pub const SVE256: I8Isa = I8Isa {
     mmla: false,
     sve_bits: Some(256),
     x_quad: false,
+    fence_class: None,
+    fence_pointers: false,
+    signed_dot_abs: false,
 };
 
 /// Best first. `sve256` ranks below `i8mm`: a 256-bit sdot and a 128-bit

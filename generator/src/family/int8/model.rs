@@ -21,13 +21,21 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 
 /// Vector registers a tile keeps live: f32 and i32 accumulators, the
 /// weight vectors (and their high nibbles; 5-bit: and each column group's
-/// fifth bits, live through the block), two activation vectors, and two
-/// constants (nibble mask, word of ones; 5-bit: and the fifth-bit mask).
+/// fifth bits, live through the block; signed dots on x86: and their
+/// absolute values), two activation vectors, and two constants (nibble
+/// mask, word of ones; 5-bit: and the fifth-bit mask).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
-    let weights = match spec.bits() {
+    let vectors = match spec.bits() {
         4 => 2 * tile.t_sub,
         5 => 3 * tile.t_sub,
         _ => tile.t_sub,
+    };
+    // 8-bit and codebook levels go through `dot_s`.
+    let signed = spec.bits() == 8 || spec.codebook();
+    let weights = if signed && isa.signed_dot_abs {
+        2 * vectors
+    } else {
+        vectors
     };
     let accumulators = if isa.group_bytes == 8 {
         if tile.m_r == 1 {
