@@ -6,13 +6,16 @@ use crate::error::Error;
 use crate::kernel::KernelEntry;
 use crate::pool::Pool;
 
-/// The `m`-row shape check every product starts with.
+/// The `m`-row shape check every product starts with (`m = 0` with empty
+/// buffers is an empty batch, which the callers return from at once).
 pub(crate) fn check_shape(k: usize, n: usize, m: usize, x: usize, y: usize) -> Result<(), Error> {
-    if m == 0 || x != m * k || y != m * n {
+    let (mk, mn) = (m.checked_mul(k), m.checked_mul(n));
+    if mk != Some(x) || mn != Some(y) {
+        let show = |v: Option<usize>| v.map_or("too many".to_string(), |v| v.to_string());
         return Err(Error::Shape(format!(
             "a {k}x{n} matrix times {m} row(s) needs x of {} and y of {} values, got {x} and {y}",
-            m * k,
-            m * n
+            show(mk),
+            show(mn)
         )));
     }
     Ok(())

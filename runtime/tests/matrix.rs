@@ -383,7 +383,9 @@ fn shape_errors_in_both_families() {
         assert!(shape(m.gemv(&[0.0; 64], &mut [0.0; 17])), "{m}");
         assert!(shape(m.gemm(&[0.0; 128], 3, &mut [0.0; 48])), "{m}");
         assert!(shape(m.gemm(&[0.0; 128], 2, &mut [0.0; 31])), "{m}");
-        assert!(shape(m.gemm(&[], 0, &mut [])), "{m}");
+        // An empty batch is a no-op; with values it is a shape error.
+        m.gemm(&[], 0, &mut []).unwrap();
+        assert!(shape(m.gemm(&[0.0; 64], 0, &mut [])), "{m}");
         let e = m.gemv(&[0.0; 10], &mut [0.0; 16]).unwrap_err().to_string();
         assert!(e.contains("64x16") && e.contains("10"), "{e}");
         m.gemm(&[0.0; 128], 2, &mut [0.0; 32]).unwrap();
@@ -461,4 +463,67 @@ fn a_registry_with_one_format() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("f32-family kernel for 4:32"), "{e}");
+}
+
+/// Non-finite activations reach the output, on GEMV and GEMM: a NaN makes
+/// its row NaN in both families. In the int8 family `+inf` at position `i`
+/// gives what f32 math gives, `+-inf` where the weight `w[i][j]` is non-zero
+/// (its sign) and NaN where it is zero; the f32 family folds the zero point
+/// through the activation sum (`s (x q) - s z sum(x)`), where an infinity
+/// meets its own negation, so there it may give NaN instead of `+-inf`, never
+/// a finite value. The weights are read back through a unit activation
+/// (exact in both families).
+#[test]
+fn non_finite_activations_propagate() {
+    let (k, n) = (96, 24);
+    let mut formats = vec!["4:32".to_string(), "4:128".to_string()];
+    formats.extend(int8_formats().iter().map(|f| f.to_string()));
+    for format in &formats {
+        let mut w = Rng::new(5).vec_f32(k * n);
+        // Zero weights at the infinity's position, so both cases occur.
+        let at = 40;
+        for j in (0..n).step_by(3) {
+            w[at * n + j] = 0.0;
+        }
+        let m = Matrix::from_f32(&w, k, n, format).unwrap();
+        let mut unit = vec![0.0; k];
+        unit[at] = 1.0;
+        let mut w_at = vec![0.0; n];
+        m.gemv(&unit, &mut w_at).unwrap();
+        for rows in [1, 3] {
+            let mut x = Rng::new(9).vec_f32(rows * k);
+            x[at] = f32::INFINITY;
+            if rows > 1 {
+                x[k + 7] = f32::NAN;
+            }
+            let mut y = vec![0.0; rows * n];
+            m.gemm(&x, rows, &mut y).unwrap();
+            for j in 0..n {
+                let y0 = y[j];
+                if w_at[j] == 0.0 {
+                    assert!(y0.is_nan(), "{format} rows={rows} col {j}: {y0}, weight 0");
+                } else if m.family() == Family::Int8 {
+                    assert_eq!(y0, f32::INFINITY.copysign(w_at[j]), "{format} col {j}");
+                } else {
+                    let inf = f32::INFINITY.copysign(w_at[j]);
+                    assert!(y0.is_nan() || y0 == inf, "{format} col {j}: {y0}");
+                }
+            }
+            if rows > 1 {
+                assert!(y[n..2 * n].iter().all(|v| v.is_nan()), "{format}");
+                assert!(y[2 * n..].iter().all(|v| v.is_finite()), "{format}");
+            }
+        }
+    }
+}
+
+/// An empty batch writes nothing and is not an error.
+#[test]
+fn empty_batch_is_a_no_op() {
+    for format in ["4:32", "q4_0"] {
+        let m = Matrix::from_f32(&Rng::new(2).vec_f32(64 * 16), 64, 16, format).unwrap();
+        let mut y: [f32; 0] = [];
+        m.gemm(&[], 0, &mut y).unwrap();
+        m.gemm_on(&Pool::new(2), &[], 0, &mut y).unwrap();
+    }
 }

@@ -126,7 +126,11 @@ pub fn quantize_with(
             } else if lo < k {
                 buf[..k - lo].copy_from_slice(&row[lo..]);
             }
-            let (d, q, sum) = block(&buf);
+            let (d, q, sum) = if all_finite(&buf) {
+                block(&buf)
+            } else {
+                non_finite_block(&buf)
+            };
             if fmt.row_pairs {
                 // Per 8 values: 8 bytes of the even row, then 8 of the odd one.
                 let base = pair * 2 * k_pad + b * 2 * QK + odd * 8;
@@ -144,9 +148,39 @@ pub fn quantize_with(
     }
 }
 
-/// One 32-block, Q8_0 arithmetic: scale `d = amax / 127` (NaN values do
-/// not count), levels `round(v / d)` (half away from zero) clamped to +-127
-/// (a NaN value becomes 0), and their sum.
+/// Whether no value of the block is infinite or NaN (exponent bits all
+/// ones): an integer fold without early exit, so it vectorises.
+#[inline(always)]
+fn all_finite(buf: &[f32; QK]) -> bool {
+    let special = |v: &f32| u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+    buf.iter().fold(0, |a, v| a | special(v)) == 0
+}
+
+/// A block holding an infinity or a NaN, which int8 levels cannot carry, so
+/// the scale does and the output comes out as f32 math would make it: a NaN
+/// (or `+inf` beside `-inf`) makes the scale NaN, so every output of the row
+/// is NaN; infinities of one sign get level +-127 and a scale of `+inf`, the
+/// block's finite values 0, so an output is `+-inf` where the weight at an
+/// infinity is non-zero and NaN where it is zero (`inf * 0`). Unlike f32
+/// math, two infinities whose products have opposite signs give `+-inf`
+/// rather than NaN when the weights differ in size.
+pub fn non_finite_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
+    let (pos, neg) = (
+        buf.contains(&f32::INFINITY),
+        buf.contains(&f32::NEG_INFINITY),
+    );
+    if buf.iter().any(|v| v.is_nan()) || (pos && neg) {
+        return (f32::NAN, [0; QK], 0);
+    }
+    let level = if pos { 127 } else { -127 };
+    let q = buf.map(|v| if v.is_infinite() { level } else { 0 });
+    (f32::INFINITY, q, q.iter().map(|&v| i32::from(v)).sum())
+}
+
+/// One 32-block of finite values, Q8_0 arithmetic: scale `d = amax / 127`,
+/// levels `round(v / d)` (half away from zero) clamped to +-127, and their
+/// sum ([`quantize_with`] sends blocks with an infinity or NaN to
+/// [`non_finite_block`] instead).
 pub fn quantize_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
     let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
     let (d, id) = block_scale(amax);

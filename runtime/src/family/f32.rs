@@ -175,6 +175,10 @@ impl F32Matrix {
     ) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
+        if m == 0 {
+            // An empty batch: nothing to compute and nothing to write.
+            return Ok(());
+        }
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
         // Activations padded to k_pad (and permuted for act-order), plus the
         // per-group sums the eq. 1/2 zero-point terms need.

@@ -161,6 +161,10 @@ impl Int8Matrix {
     ) -> Result<(), Error> {
         let l = &self.layout;
         crate::panels::check_shape(l.k, l.n, m, x.len(), y.len())?;
+        if m == 0 {
+            // An empty batch: nothing to compute and nothing to write.
+            return Ok(());
+        }
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
         let fmt = ActFormat {
             row_pairs: kernel.row_pairs,
