@@ -14,6 +14,7 @@
 //! [`GgufFile::open`]; [`GgufFile::matrix`] converts 2-D F32 / F16 / Q4_0 /
 //! Q8_0 / IQ4_NL tensors to a [`GgmlMatrix`].
 
+use crate::mapped::Bytes;
 use kgen::format::ggml;
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use std::collections::{HashMap, HashSet};
@@ -165,7 +166,7 @@ impl TensorInfo {
     }
 }
 
-/// A parsed GGUF file, its bytes in memory.
+/// A parsed GGUF file, mapped read-only (or in memory, [`GgufFile::from_bytes`]).
 pub struct GgufFile {
     path: PathBuf,
     version: u32,
@@ -175,7 +176,7 @@ pub struct GgufFile {
     tensors: Vec<TensorInfo>,
     /// Tensor name -> index in `tensors`.
     index: HashMap<String, usize>,
-    bytes: Vec<u8>,
+    bytes: Bytes,
 }
 
 impl fmt::Debug for GgufFile {
@@ -345,15 +346,23 @@ impl<'a> Reader<'a> {
 }
 
 impl GgufFile {
-    /// Reads and parses the file at `path`.
+    /// Maps the file at `path` read-only and parses its header; tensor data
+    /// is read from the mapping only when a tensor is used.
+    ///
+    /// The file must not be truncated or rewritten while the `GgufFile`
+    /// lives (as with any mapped file, a shrinking file would fault).
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
-        let bytes = std::fs::read(path)
+        let bytes = Bytes::map(path)
             .map_err(|e| GgufError(format!("{}: cannot read: {e}", path.display())))?;
-        Self::from_bytes(bytes, path)
+        Self::parse_bytes(bytes, path)
     }
 
     /// Parses a GGUF image already in memory; `path` names it in errors.
     pub fn from_bytes(bytes: Vec<u8>, path: &Path) -> Result<GgufFile, GgufError> {
+        Self::parse_bytes(Bytes::Owned(bytes), path)
+    }
+
+    fn parse_bytes(bytes: Bytes, path: &Path) -> Result<GgufFile, GgufError> {
         let mut f = GgufFile {
             path: path.to_path_buf(),
             version: 0,
@@ -370,10 +379,21 @@ impl GgufFile {
     }
 
     fn parse(&mut self) -> Result<(), String> {
-        let bytes = std::mem::take(&mut self.bytes);
+        let bytes = std::mem::replace(&mut self.bytes, Bytes::Owned(Vec::new()));
         let r = self.parse_header(&bytes);
         self.bytes = bytes;
         r
+    }
+
+    /// Tells the kernel the pages of `name`'s data are not needed any more
+    /// (a mapped file only: they are dropped from this process's resident
+    /// set and read again from the file if touched). Loading calls it once a
+    /// tensor is repacked, so a model's file and its repacked copy are not
+    /// resident together.
+    pub fn release(&self, name: &str) {
+        if let Some((s, e)) = self.tensor_info(name).and_then(|t| t.range) {
+            self.bytes.release(s, e);
+        }
     }
 
     fn parse_header(&mut self, bytes: &[u8]) -> Result<(), String> {

@@ -24,12 +24,14 @@
 //! sorts the rows by group (stable), re-packs `qweight` in that order and
 //! returns the permutation so the caller can permute activations the same way.
 
+use crate::mapped::Bytes;
 use kgen::format::gptq::GptqMatrix;
 use kgen::spec::Group;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// How a checkpoint stores zero points.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,9 +85,9 @@ impl fmt::Display for LoadError {
 
 impl std::error::Error for LoadError {}
 
-/// Reads the whole file (the OS error is mapped to a message naming the path).
-fn read_file(path: &Path) -> Result<Vec<u8>, LoadError> {
-    std::fs::read(path).map_err(|e| LoadError(format!("{}: cannot read file: {e}", path.display())))
+/// Maps the file (the OS error is mapped to a message naming the path).
+fn read_file(path: &Path) -> Result<Bytes, LoadError> {
+    Bytes::map(path).map_err(|e| LoadError(format!("{}: cannot read file: {e}", path.display())))
 }
 
 fn parse<'a>(path: &Path, buf: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
@@ -97,12 +99,13 @@ fn parse<'a>(path: &Path, buf: &'a [u8]) -> Result<SafeTensors<'a>, LoadError> {
     })
 }
 
-/// A checkpoint read into memory once, for loading several layers from it
-/// ([`load_gptq`] and [`list_layers`] re-read the file on every call).
+/// A checkpoint mapped once, for loading several layers from it
+/// ([`load_gptq`] and [`list_layers`] map the file on every call). The file
+/// must not be truncated or rewritten while it is open.
 #[derive(Clone)]
 pub struct GptqFile {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Arc<Bytes>,
 }
 
 impl fmt::Debug for GptqFile {
@@ -121,7 +124,7 @@ impl GptqFile {
         parse(path, &bytes)?;
         Ok(GptqFile {
             path: path.to_path_buf(),
-            bytes,
+            bytes: Arc::new(bytes),
         })
     }
 

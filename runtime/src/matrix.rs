@@ -79,15 +79,24 @@ impl Matrix {
         path: impl AsRef<Path>,
         tensor: &str,
     ) -> Result<Matrix, Error> {
-        let path = path.as_ref();
-        let file = GgufFile::open(path).map_err(|e| Error::Load(e.to_string()))?;
+        let file = GgufFile::open(path.as_ref()).map_err(|e| Error::Load(e.to_string()))?;
+        Self::from_gguf_tensor(registry, &file, tensor)
+    }
+
+    /// A 2-D tensor of an open GGUF file (see [`crate::Model`] for a whole
+    /// model): only its own bytes are read.
+    pub(crate) fn from_gguf_tensor(
+        registry: &Registry,
+        file: &GgufFile,
+        tensor: &str,
+    ) -> Result<Matrix, Error> {
         let m = file
             .matrix(tensor)
             .map_err(|e| Error::Load(e.to_string()))?;
         let format = ggml_format(&m).map_err(|e| {
             Error::Unsupported(format!(
                 "{}: tensor {tensor:?}: {}",
-                path.display(),
+                file.path().display(),
                 e.message()
             ))
         })?;

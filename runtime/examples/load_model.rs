@@ -1,0 +1,114 @@
+//! Loads every 2-D quantized tensor of a GGUF file with `Model::load_all` and
+//! reports the process's peak resident memory against the file size: the
+//! check that the mapped file and its repacked copy are not resident
+//! together.
+//!
+//!     cargo run --release -p kgen-runtime --example load_model -- --write /tmp/big.gguf 2
+//!     cargo run --release -p kgen-runtime --example load_model -- /tmp/big.gguf
+//!
+//! `--write PATH GIB` writes a synthetic Q4_0 file of about GIB GiB first
+//! (4096x11008 matrices of random nibbles, scale 1/64). Linux only for the
+//! memory figures (`/proc/self/status`).
+
+use kgen_runtime::{Model, Pool};
+use std::io::Write;
+use std::time::Instant;
+
+const K: usize = 4096;
+const N: usize = 11008;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = match args.as_slice() {
+        [flag, path, gib] if flag == "--write" => {
+            write_q4_0(path, gib.parse()?)?;
+            return Ok(());
+        }
+        [path] => path.clone(),
+        _ => return Err("usage: load_model [--write PATH GIB | PATH]".into()),
+    };
+    let size = std::fs::metadata(&path)?.len();
+    let before = status("VmRSS:");
+    let start = Instant::now();
+    let model = Model::open(&path)?;
+    let all = model.load_all(&Pool::new(kgen_runtime::pool::physical_cores()))?;
+    let took = start.elapsed();
+    let gib = |kib: u64| kib as f64 / (1 << 20) as f64;
+    println!(
+        "{path}: {:.2} GiB, {} matrices loaded in {:.1} s ({} not supported)",
+        size as f64 / (1u64 << 30) as f64,
+        all.matrices.len(),
+        took.as_secs_f64(),
+        all.unsupported.len()
+    );
+    for t in &all.types {
+        println!("  {t}");
+    }
+    let (hwm, rss) = (status("VmHWM:"), status("VmRSS:"));
+    println!(
+        "resident before {:.2} GiB, peak {:.2} GiB, after {:.2} GiB: peak / file size {:.2}",
+        gib(before),
+        gib(hwm),
+        gib(rss),
+        (hwm * 1024) as f64 / size as f64
+    );
+    Ok(())
+}
+
+/// A `/proc/self/status` field in KiB (0 where there is none).
+fn status(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A GGUF v3 file of Q4_0 matrices `K x N` (type 2), about `gib` GiB.
+fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
+    const ALIGN: usize = 32;
+    let tensor_bytes = K * N / 32 * 18;
+    let count = ((gib * (1u64 << 30) as f64) / tensor_bytes as f64)
+        .ceil()
+        .max(1.0) as usize;
+    let mut head = Vec::new();
+    head.extend_from_slice(b"GGUF");
+    head.extend_from_slice(&3u32.to_le_bytes());
+    head.extend_from_slice(&(count as u64).to_le_bytes());
+    head.extend_from_slice(&0u64.to_le_bytes());
+    let padded = tensor_bytes.next_multiple_of(ALIGN);
+    for i in 0..count {
+        let name = format!("blk.{i}.ffn_up.weight");
+        head.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        head.extend_from_slice(name.as_bytes());
+        head.extend_from_slice(&2u32.to_le_bytes());
+        head.extend_from_slice(&(K as u64).to_le_bytes());
+        head.extend_from_slice(&(N as u64).to_le_bytes());
+        head.extend_from_slice(&2u32.to_le_bytes());
+        head.extend_from_slice(&((i * padded) as u64).to_le_bytes());
+    }
+    head.resize(head.len().next_multiple_of(ALIGN), 0);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    out.write_all(&head)?;
+    // Blocks: f16 scale 1/64 (0x2400), 16 bytes of nibbles from an LCG.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut tensor = vec![0u8; padded];
+    for _ in 0..count {
+        for block in tensor[..tensor_bytes].chunks_exact_mut(18) {
+            block[..2].copy_from_slice(&0x2400u16.to_le_bytes());
+            for b in &mut block[2..] {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *b = (state >> 56) as u8;
+            }
+        }
+        out.write_all(&tensor)?;
+    }
+    out.flush()?;
+    println!("wrote {path}: {count} Q4_0 matrices {K}x{N}");
+    Ok(())
+}
