@@ -67,6 +67,18 @@ enum Command {
     Targets(TargetsArgs),
     /// Time candidate micro tiles on this machine and store the winner in a profile.
     Tune(TuneArgs),
+    /// What kgen makes of a GGUF model file on this CPU: tensors by type,
+    /// the kernel each gets, repack times, `--check` against f64, `--json`
+    /// (runs `kgen-inspect`: `cargo build --release -p kgen-inspect`).
+    Inspect(InspectArgs),
+}
+
+/// `kgen inspect`'s arguments, passed on as they are.
+#[derive(Args, Debug)]
+struct InspectArgs {
+    /// FILE.gguf [--check] [--json] [--threads N] (see `kgen inspect --help`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
 }
 
 /// An int8-family format by its tag in the format table.
@@ -769,6 +781,30 @@ fn kernel_rows(t: &kgen::target::TargetDesc, args: &TargetsArgs) -> Result<Vec<K
     Ok(rows)
 }
 
+/// Runs `kgen-inspect` (beside this binary, else on `PATH`) with `args`: it
+/// links the runtime's kernels, which this binary cannot (the runtime is
+/// built with this crate), as `cargo foo` runs `cargo-foo`.
+fn inspect(args: &InspectArgs) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .map(|e| e.with_file_name(format!("kgen-inspect{}", std::env::consts::EXE_SUFFIX)))
+        .filter(|p| p.is_file());
+    let program = beside.unwrap_or_else(|| PathBuf::from("kgen-inspect"));
+    match std::process::Command::new(&program)
+        .args(&args.args)
+        .status()
+    {
+        Ok(status) => ExitCode::from(status.code().map_or(2, |c| c.clamp(0, 255) as u8)),
+        Err(e) => {
+            note!(
+                "kgen: error: cannot run {} ({e}); build it with `cargo build --release -p kgen-inspect`",
+                program.display()
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn targets(args: &TargetsArgs) -> Result<(), Error> {
     let all = target::load_all()?;
     if args.summary {
@@ -990,6 +1026,7 @@ fn main() -> ExitCode {
         Some(Command::Plan(a)) => plan(a),
         Some(Command::Targets(a)) => targets(a),
         Some(Command::Tune(a)) => tune(a),
+        Some(Command::Inspect(a)) => return inspect(a),
     }
     .and_then(|()| std::io::stdout().flush().map_err(Error::Io));
     match result {

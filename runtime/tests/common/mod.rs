@@ -135,27 +135,7 @@ pub fn i8_format_built(format: &str) -> bool {
 /// Writes a GGUF v3 file holding `tensors` (name, matrix: `dims = [k, n]`),
 /// no metadata, alignment 32: enough for `Matrix::from_gguf` without Python.
 pub fn write_gguf(path: &std::path::Path, tensors: &[(&str, &GgmlMatrix)]) {
-    const ALIGN: usize = 32;
-    let mut head = Vec::new();
-    head.extend_from_slice(b"GGUF");
-    head.extend_from_slice(&3u32.to_le_bytes());
-    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
-    head.extend_from_slice(&0u64.to_le_bytes());
-    let mut data: Vec<u8> = Vec::new();
-    for (name, m) in tensors {
-        head.extend_from_slice(&(name.len() as u64).to_le_bytes());
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(&2u32.to_le_bytes());
-        head.extend_from_slice(&(m.k as u64).to_le_bytes());
-        head.extend_from_slice(&(m.n as u64).to_le_bytes());
-        head.extend_from_slice(&m.dtype.id().to_le_bytes());
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        data.extend_from_slice(&m.data);
-        data.resize(data.len().next_multiple_of(ALIGN), 0);
-    }
-    head.resize(head.len().next_multiple_of(ALIGN), 0);
-    head.extend_from_slice(&data);
-    std::fs::write(path, head).unwrap();
+    std::fs::write(path, kgen::format::ggml::gguf_image(tensors)).unwrap();
 }
 
 /// Writes `m` as the GPTQ layer `prefix` of a safetensors file (F32 scales,

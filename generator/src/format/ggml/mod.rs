@@ -3,6 +3,7 @@
 //! gguf-py computes), and the matrix type that holds a tensor of blocks.
 
 pub mod float;
+pub mod gguf_image;
 pub mod iq4_nl;
 pub mod matrix;
 pub mod numpy;
@@ -12,6 +13,7 @@ pub mod q8_0;
 
 pub use crate::format::row::{GgmlType, QK};
 pub use crate::format::table::{type_name, type_size, GGML_TYPES};
+pub use gguf_image::gguf_image;
 pub use iq4_nl::VALUES as IQ4_NL_VALUES;
 pub use matrix::GgmlMatrix;
 

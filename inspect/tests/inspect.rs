@@ -1,0 +1,106 @@
+//! `kgen-inspect` (and `kgen inspect`, which runs it) on GGUF files written
+//! here: grouping, kernels, the --check bound, exit statuses, --json.
+
+use kgen::format::ggml::{gguf_image, GgmlMatrix, GgmlType};
+use kgen::format::rng::Rng;
+use std::path::Path;
+use std::process::Command;
+
+fn inspect(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_kgen-inspect"))
+        .args(args)
+        .output()
+        .expect("kgen-inspect runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn quantized(k: usize, n: usize, t: GgmlType, seed: u64) -> GgmlMatrix {
+    GgmlMatrix::quantize(&Rng::new(seed).vec_f32(k * n), k, n, t)
+}
+
+fn write(path: &Path, tensors: &[(&str, &GgmlMatrix)]) {
+    std::fs::write(path, gguf_image(tensors)).unwrap();
+}
+
+#[test]
+fn a_supported_file_is_ok_with_check_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ok.gguf");
+    let (a, b, c) = (
+        quantized(64, 16, GgmlType::Q4_0, 1),
+        quantized(64, 16, GgmlType::Q4_0, 2),
+        quantized(96, 40, GgmlType::Q8_0, 3),
+    );
+    let norm = GgmlMatrix {
+        k: 32,
+        n: 1,
+        dtype: GgmlType::F32,
+        data: vec![0; 32 * 4],
+    };
+    write(&path, &[("a", &a), ("b", &b), ("c", &c), ("norm", &norm)]);
+    let p = path.to_str().unwrap();
+    let (code, out, err) = inspect(&[p, "--check"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("Q4_0") && out.contains("2 tensor(s)"), "{out}");
+    assert!(out.contains("shapes 64x16 x2"), "{out}");
+    assert!(
+        out.contains("kernel q4_0_gemv_") && out.contains("kernel q8_0_gemv_"),
+        "{out}"
+    );
+    assert!(out.contains("not a matrix"), "{out}");
+    assert_eq!(out.matches("GEMV max relative error").count(), 2, "{out}");
+
+    let (code, out, _) = inspect(&[p, "--check", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["ok"], true);
+    let types = v["types"].as_array().unwrap();
+    let q8 = types.iter().find(|t| t["type_name"] == "Q8_0").unwrap();
+    assert_eq!(q8["status"], "loaded");
+    let e = q8["max_rel_error"].as_f64().unwrap();
+    assert!(e > 0.0 && e < 2e-2, "{e}");
+}
+
+#[test]
+fn unsupported_types_and_bad_files_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kq.gguf");
+    let m = quantized(256, 2, GgmlType::Q8_0, 4);
+    let mut bytes = gguf_image(&[("kq", &m)]);
+    // The type id follows the name, n_dims and two dims: make it Q4_K (12),
+    // whose 512 values take fewer bytes than the Q8_0 data there.
+    let at = bytes.windows(2).position(|w| w == b"kq").unwrap() + 2 + 4 + 16;
+    bytes[at..at + 4].copy_from_slice(&12u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let (code, out, _) = inspect(&[path.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("Q4_K") && out.contains("unsupported"), "{out}");
+    assert!(out.contains("NOT OK"), "{out}");
+
+    std::fs::write(&path, b"GGUF\x03").unwrap();
+    let (code, _, err) = inspect(&[path.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("kq.gguf"), "{err}");
+}
+
+/// `kgen inspect` runs `kgen-inspect` from beside itself.
+#[test]
+fn kgen_inspect_runs_it() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kgen-inspect"));
+    let kgen = bin.with_file_name(format!("kgen{}", std::env::consts::EXE_SUFFIX));
+    if !kgen.is_file() {
+        // Only when the workspace built the kgen binary into the same dir.
+        eprintln!("no {} beside kgen-inspect: skipped", kgen.display());
+        return;
+    }
+    let out = Command::new(&kgen)
+        .args(["inspect", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--check"));
+}
