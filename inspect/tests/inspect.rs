@@ -1,7 +1,7 @@
 //! `kgen-inspect` (and `kgen inspect`, which runs it) on GGUF files written
 //! here: grouping, kernels, the --check bound, exit statuses, --json.
 
-use kgen::format::ggml::{gguf_image, GgmlMatrix, GgmlType};
+use kgen::format::ggml::{gguf_image, gguf_image_raw, GgmlMatrix, GgmlType};
 use kgen::format::rng::Rng;
 use std::path::Path;
 use std::process::Command;
@@ -69,12 +69,8 @@ fn a_supported_file_is_ok_with_check_and_json() {
 fn unsupported_types_and_bad_files_fail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kq.gguf");
-    let m = quantized(256, 2, GgmlType::Q8_0, 4);
-    let mut bytes = gguf_image(&[("kq", &m)]);
-    // The type id follows the name, n_dims and two dims: make it Q4_K (12),
-    // whose 512 values take fewer bytes than the Q8_0 data there.
-    let at = bytes.windows(2).position(|w| w == b"kq").unwrap() + 2 + 4 + 16;
-    bytes[at..at + 4].copy_from_slice(&12u32.to_le_bytes());
+    // Q4_K (type 12), which kgen has no kernel for: 512 values, 288 bytes.
+    let bytes = gguf_image_raw(&[("kq", 12, [256, 2], &[0u8; 288])]);
     std::fs::write(&path, &bytes).unwrap();
     let (code, out, _) = inspect(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");

@@ -10,6 +10,7 @@
 //! (4096x11008 matrices of random nibbles, scale 1/64). Linux only for the
 //! memory figures (`/proc/self/status`).
 
+use kgen::format::ggml::{gguf_header, GGUF_ALIGN};
 use kgen_runtime::{Model, Pool};
 use std::io::Write;
 use std::time::Instant;
@@ -67,35 +68,25 @@ fn status(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A GGUF v3 file of Q4_0 matrices `K x N` (type 2), about `gib` GiB.
+/// A GGUF v3 file of Q4_0 matrices `K x N` (type 2), about `gib` GiB; the
+/// data is written as it is made, never held whole.
 fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
-    const ALIGN: usize = 32;
     let tensor_bytes = K * N / 32 * 18;
     let count = ((gib * (1u64 << 30) as f64) / tensor_bytes as f64)
         .ceil()
         .max(1.0) as usize;
-    let mut head = Vec::new();
-    head.extend_from_slice(b"GGUF");
-    head.extend_from_slice(&3u32.to_le_bytes());
-    head.extend_from_slice(&(count as u64).to_le_bytes());
-    head.extend_from_slice(&0u64.to_le_bytes());
-    let padded = tensor_bytes.next_multiple_of(ALIGN);
-    for i in 0..count {
-        let name = format!("blk.{i}.ffn_up.weight");
-        head.extend_from_slice(&(name.len() as u64).to_le_bytes());
-        head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(&2u32.to_le_bytes());
-        head.extend_from_slice(&(K as u64).to_le_bytes());
-        head.extend_from_slice(&(N as u64).to_le_bytes());
-        head.extend_from_slice(&2u32.to_le_bytes());
-        head.extend_from_slice(&((i * padded) as u64).to_le_bytes());
-    }
-    head.resize(head.len().next_multiple_of(ALIGN), 0);
+    let names: Vec<String> = (0..count)
+        .map(|i| format!("blk.{i}.ffn_up.weight"))
+        .collect();
+    let entries: Vec<_> = names
+        .iter()
+        .map(|name| (name.as_str(), 2u32, [K, N], tensor_bytes))
+        .collect();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-    out.write_all(&head)?;
+    out.write_all(&gguf_header(&entries))?;
     // Blocks: f16 scale 1/64 (0x2400), 16 bytes of nibbles from an LCG.
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut tensor = vec![0u8; padded];
+    let mut tensor = vec![0u8; tensor_bytes.next_multiple_of(GGUF_ALIGN)];
     for _ in 0..count {
         for block in tensor[..tensor_bytes].chunks_exact_mut(18) {
             block[..2].copy_from_slice(&0x2400u16.to_le_bytes());

@@ -4,28 +4,57 @@
 
 use crate::format::ggml::GgmlMatrix;
 
-/// A GGUF v3 image holding `tensors` (name, matrix with `dims = [k, n]`),
-/// no metadata, alignment 32.
-pub fn gguf_image(tensors: &[(&str, &GgmlMatrix)]) -> Vec<u8> {
-    const ALIGN: usize = 32;
+/// The alignment of the data section and of every tensor's data in it.
+pub const GGUF_ALIGN: usize = 32;
+
+/// The header of a GGUF v3 file (no metadata) for tensors given as (name,
+/// ggml type id, `[k, n]` with `k` contiguous, bytes of data), padded to
+/// [`GGUF_ALIGN`]. The data section follows it: each tensor's bytes in the
+/// same order, each padded to [`GGUF_ALIGN`]. Writers that stream large
+/// data (`runtime/examples/load_model.rs`) write the header alone.
+pub fn gguf_header(tensors: &[(&str, u32, [usize; 2], usize)]) -> Vec<u8> {
     let mut head = Vec::new();
     head.extend_from_slice(b"GGUF");
     head.extend_from_slice(&3u32.to_le_bytes());
     head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
     head.extend_from_slice(&0u64.to_le_bytes());
-    let mut data: Vec<u8> = Vec::new();
-    for (name, m) in tensors {
+    let mut offset = 0usize;
+    for &(name, type_id, [k, n], bytes) in tensors {
         head.extend_from_slice(&(name.len() as u64).to_le_bytes());
         head.extend_from_slice(name.as_bytes());
         head.extend_from_slice(&2u32.to_le_bytes());
-        head.extend_from_slice(&(m.k as u64).to_le_bytes());
-        head.extend_from_slice(&(m.n as u64).to_le_bytes());
-        head.extend_from_slice(&m.dtype.id().to_le_bytes());
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        data.extend_from_slice(&m.data);
-        data.resize(data.len().next_multiple_of(ALIGN), 0);
+        head.extend_from_slice(&(k as u64).to_le_bytes());
+        head.extend_from_slice(&(n as u64).to_le_bytes());
+        head.extend_from_slice(&type_id.to_le_bytes());
+        head.extend_from_slice(&(offset as u64).to_le_bytes());
+        offset += bytes.next_multiple_of(GGUF_ALIGN);
     }
-    head.resize(head.len().next_multiple_of(ALIGN), 0);
-    head.extend_from_slice(&data);
+    head.resize(head.len().next_multiple_of(GGUF_ALIGN), 0);
     head
+}
+
+/// A whole GGUF image of tensors given as (name, ggml type id, `[k, n]`,
+/// data): any type id, including ones kgen has no codec for (the K-quants,
+/// for the tests of unsupported types).
+pub fn gguf_image_raw(tensors: &[(&str, u32, [usize; 2], &[u8])]) -> Vec<u8> {
+    let entries: Vec<_> = tensors
+        .iter()
+        .map(|&(name, id, dims, data)| (name, id, dims, data.len()))
+        .collect();
+    let mut image = gguf_header(&entries);
+    for (_, _, _, data) in tensors {
+        image.extend_from_slice(data);
+        image.resize(image.len().next_multiple_of(GGUF_ALIGN), 0);
+    }
+    image
+}
+
+/// A GGUF v3 image holding `tensors` (name, matrix with `dims = [k, n]`),
+/// no metadata, alignment [`GGUF_ALIGN`].
+pub fn gguf_image(tensors: &[(&str, &GgmlMatrix)]) -> Vec<u8> {
+    let raw: Vec<_> = tensors
+        .iter()
+        .map(|&(name, m)| (name, m.dtype.id(), [m.k, m.n], m.data.as_slice()))
+        .collect();
+    gguf_image_raw(&raw)
 }
