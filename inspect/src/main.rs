@@ -10,7 +10,6 @@
 
 use clap::Parser;
 use kgen::format::rng::Rng;
-use kgen_runtime::gguf::TensorInfo;
 use kgen_runtime::{Matrix, Model, Pool};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -102,10 +101,6 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
         .threads
         .unwrap_or_else(kgen_runtime::pool::physical_cores);
     let loaded = model.load_all(&Pool::new(threads.max(1)))?;
-    let quantized: Vec<&str> = model
-        .quantized_matrices()
-        .map(|t| t.name.as_str())
-        .collect();
     let mut types: BTreeMap<String, TypeReport> = BTreeMap::new();
     for t in model.tensors() {
         let r = types.entry(t.type_name()).or_insert_with(|| TypeReport {
@@ -119,24 +114,29 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
             Some((_, n)) => *n += 1,
             None => r.shapes.push((t.dims.clone(), 1)),
         }
-        if quantized.contains(&t.name.as_str()) {
-            r.status = "loaded".into();
-        }
     }
+    // A 2-D quantized type is loaded (in `loaded.types`) or unsupported:
+    // load_all fails as a whole on anything else.
     for s in &loaded.types {
         let r = types.get_mut(&s.type_name).expect("a listed type");
+        r.status = "loaded".into();
         r.kernel = Some(s.kernel.clone());
         r.repack_s = Some(s.repack.as_secs_f64());
     }
+    let type_of = |name: &str| {
+        let t = model
+            .file()
+            .tensor_info(name)
+            .expect("a tensor of the file");
+        t.type_name()
+    };
     for (name, why) in &loaded.unsupported {
-        let t = find(model.tensors(), name);
-        let r = types.get_mut(&t.type_name()).expect("a listed type");
+        let r = types.get_mut(&type_of(name)).expect("a listed type");
         r.status = "unsupported".into();
         r.reason = Some(why.to_string());
     }
     for (name, m) in &loaded.matrices {
-        let t = find(model.tensors(), name);
-        let r = types.get_mut(&t.type_name()).expect("a listed type");
+        let r = types.get_mut(&type_of(name)).expect("a listed type");
         r.family = Some(m.family().to_string());
         if cli.check {
             let err = rel_error(&model, name, m)?;
@@ -153,13 +153,6 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
         bound: cli.check.then_some(BOUND),
         ok,
     })
-}
-
-fn find<'a>(tensors: &'a [TensorInfo], name: &str) -> &'a TensorInfo {
-    tensors
-        .iter()
-        .find(|t| t.name == name)
-        .expect("a tensor of the file")
 }
 
 /// `max |y - y_ref| / max |y_ref|` for the GEMV of a fixed activation (the

@@ -162,11 +162,7 @@ impl Model {
             let (m, took) = outcome.expect("every tensor ran");
             let m = match m {
                 Ok(m) => m,
-                Err(e @ Error::Unsupported(_)) => {
-                    out.unsupported.push((t.name.clone(), e));
-                    continue;
-                }
-                Err(e) if unknown_type(t) => {
+                Err(e) if matches!(e, Error::Unsupported(_)) || unknown_type(t) => {
                     out.unsupported.push((t.name.clone(), e));
                     continue;
                 }
