@@ -25,15 +25,32 @@ pub enum Levels {
     Codebook(&'static [i8; 16]),
 }
 
-/// How the int8-activation family stores and reads a format.
+/// How the int8-activation family stores and reads a format. The family
+/// works on 32-value sub-blocks: a format whose block is larger (the
+/// K-quants' 256-value super-blocks) describes each of its sub-blocks.
 #[derive(Clone, Copy, Debug)]
 pub struct Int8Repack {
     /// Bits per level in the packed layout: 4 (two nibble planes), 5 (the
     /// nibble planes plus a plane of fifth bits) or 8 (bytes).
     pub layout_bits: u32,
-    /// The stored level of each of a block's 32 values (unsigned level,
-    /// codebook index, or the `i8` bit pattern), in order along K.
-    pub block_levels: fn(&[u8]) -> [u8; QK],
+    /// The stored level of each value of 32-value sub-block `s` of a block
+    /// (unsigned level, codebook index, or the `i8` bit pattern), in order
+    /// along K.
+    pub block_levels: fn(&[u8], usize) -> [u8; QK],
+    /// The scale `d` and min `m` of sub-block `s`: its weights are
+    /// `d * level_value(level) + m`, both exactly as gguf-py's f32
+    /// arithmetic forms them (Q4_K: `d * sc` and `-(dmin * m)`).
+    pub sub_scale: fn(&[u8], usize) -> (f32, f32),
+    /// The format has mins (`m` above is not always 0): the layout stores
+    /// them beside the scales and the kernels add `m * sum(x)` per
+    /// sub-block through the activation sums, never per weight.
+    pub mins: bool,
+}
+
+/// The scale of a block that starts with an f16 `d` and has no min
+/// ([`Int8Repack::sub_scale`] of Q4_0, Q5_0, Q8_0, IQ4_NL).
+pub fn leading_f16_scale(block: &[u8], _sub: usize) -> (f32, f32) {
+    (half::f16::from_le_bytes([block[0], block[1]]).to_f32(), 0.0)
 }
 
 /// One row of the format table ([`crate::format::table::FORMATS`]).
@@ -53,8 +70,10 @@ pub struct Format {
     pub block_bytes: usize,
     /// Bits per stored level (16 / 32 for the float types).
     pub bits: u32,
-    /// Each block starts with an f16 scale `d`.
-    pub f16_scale: bool,
+    /// Byte offsets in a block of its f16 scales (`d`, and `m` / `dmin`
+    /// where the format has one): a file whose scale there is not finite is
+    /// refused when loaded.
+    pub scale_offsets: &'static [usize],
     pub levels: Levels,
     /// One block to `block` values, in gguf-py's float32 arithmetic.
     pub dequantize: fn(&[u8], &mut [f32]),

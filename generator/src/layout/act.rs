@@ -4,8 +4,7 @@
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
 use crate::layout::align::round_up;
-use crate::layout::int8::block_levels;
-use half::f16;
+use crate::layout::int8::{block_levels, stored_scale};
 
 /// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
 /// levels, `m x blocks` scales, and `m x blocks` corrections
@@ -40,7 +39,7 @@ impl ActFormat {
     /// Plain row order and scales for weights of `format`.
     pub fn plain(format: GgmlType) -> ActFormat {
         ActFormat {
-            bias: format.format().offset(),
+            bias: act_bias(format),
             row_pairs: false,
             scale: 1.0,
         }
@@ -49,6 +48,20 @@ impl ActFormat {
     /// The bias the kernels remove per block.
     pub fn bias(&self) -> i32 {
         self.bias
+    }
+}
+
+/// The factor on a block's level sum in the activations' `c` for weights of
+/// `format`: the level offset the kernels remove (8 for Q4_0), or 1 for
+/// formats with mins, whose kernels take the sum itself to add
+/// `m * d_x * sum(q)` per block.
+pub fn act_bias(format: GgmlType) -> i32 {
+    let f = format.format();
+    if f.int8.is_some_and(|r| r.mins) {
+        assert_eq!(f.offset(), 0, "{}: mins and an offset", f.name);
+        1
+    } else {
+        f.offset()
     }
 }
 
@@ -201,19 +214,24 @@ pub fn block_scale(amax: f32) -> (f32, f32) {
 }
 
 /// The oracle for the int8 family: `y = x W` with the activations exactly as
-/// quantized in `xa` (`m` rows), integer dot products per block, scaled and
-/// summed in f64. Returns `m x n`.
+/// quantized in `xa` (`m` rows), integer dot products per 32-value block,
+/// scaled by the block's scale (and its min times the level sum, for
+/// formats with mins) as the layout stores them, and summed in f64.
+/// Returns `m x n`.
 pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<f64> {
     let k_pad = round_up(w.k, QK);
     let blocks = w.k / QK;
     let xb = k_pad / QK;
     let mut y = vec![0f64; m * w.n];
     let fmt = w.dtype.format();
+    let repack = fmt.int8.expect("an int8 format");
+    let subs = fmt.block / QK;
     for j in 0..w.n {
         for b in 0..blocks {
-            let block = w.block(j, b);
-            let dw = f16::from_bits(u16::from_le_bytes([block[0], block[1]])).to_f64();
-            let levels = block_levels(w.dtype, block);
+            let block = w.block(j, b / subs);
+            let (d, mn) = stored_scale(repack.sub_scale, block, b % subs);
+            let (dw, mw) = (d.to_f64(), mn.to_f64());
+            let levels = block_levels(w.dtype, block, b % subs);
             for r in 0..m {
                 let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
                 let dot: i64 = levels
@@ -221,7 +239,14 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
                     .zip(xs)
                     .map(|(&l, &x)| fmt.level_value(l) as i64 * x as i64)
                     .sum();
-                y[r * w.n + j] += dw * xa.d[r * xb + b] as f64 * dot as f64;
+                let sum: i64 = xs.iter().map(|&x| x as i64).sum();
+                // Only where there are mins: 0 * inf would turn an infinite
+                // activation scale's output NaN.
+                let dx = xa.d[r * xb + b] as f64;
+                y[r * w.n + j] += dw * dx * dot as f64;
+                if repack.mins {
+                    y[r * w.n + j] += mw * dx * sum as f64;
+                }
             }
         }
     }

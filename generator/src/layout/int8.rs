@@ -185,6 +185,21 @@ impl I8Layout {
         self.lanes * self.t_u
     }
 
+    /// Whether the format has mins: the scale stream then holds, per tile
+    /// and block, the tile's `TW` scales followed by its `TW` mins.
+    pub fn mins(&self) -> bool {
+        self.format.format().int8.is_some_and(|r| r.mins)
+    }
+
+    /// f16 entries of the scale stream per column and block: 2 with mins.
+    pub fn scale_entries(&self) -> usize {
+        if self.mins() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// 32-value blocks along the padded K.
     pub fn blocks(&self) -> usize {
         self.k_pad / QK
@@ -238,20 +253,22 @@ impl I8Layout {
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
         // Padding columns keep scale 0, so whatever their levels they add 0.
-        let mut sc = vec![0u16; self.n_pad * self.blocks()];
+        let mut sc = vec![0u16; self.n_pad * self.blocks() * self.scale_entries()];
         let panels = self.panels();
         let parts = threads.clamp(1, panels);
         // Start of panel p in words and in scales.
         let cols = |p: usize| (p * self.t_b).min(self.n_pad) * self.blocks();
         let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
+        let scale_at = |p: usize| cols(p) * self.scale_entries();
         std::thread::scope(|scope| {
             let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
             for part in 0..parts {
                 let (p0, p1) = (part * panels / parts, (part + 1) * panels / parts);
                 let (wa, wb) = std::mem::take(&mut words).split_at_mut(word_at(p1) - word_at(p0));
-                let (sa, sb) = std::mem::take(&mut scales).split_at_mut(cols(p1) - cols(p0));
+                let (sa, sb) =
+                    std::mem::take(&mut scales).split_at_mut(scale_at(p1) - scale_at(p0));
                 (words, scales) = (wb, sb);
-                let bases = (word_at(p0), cols(p0));
+                let bases = (word_at(p0), scale_at(p0));
                 // The lane group's word count as a constant: a runtime-length
                 // copy per group is a memcpy call in the hot loop.
                 let fill = if self.group_bytes == 4 {
@@ -287,8 +304,17 @@ impl I8Layout {
         // per column, after the chunks' 4 tw words).
         let plane = self.bits == 5;
         let chunks = (bb - if plane { 4 } else { 0 }) / self.group_bytes;
-        let src_blocks = src.k / QK;
+        let fmt = src.dtype.format();
+        let repack = fmt.int8.expect("only int8 formats are repacked");
+        // Source blocks per row, and 32-value sub-blocks per source block.
+        let (src_blocks, subs) = (src.k / fmt.block, fmt.block / QK);
         let block_bytes = src.dtype.block_bytes();
+        // Blocks of 32 that start with their f16 scale and hold their levels
+        // in Q4_0 / Q8_0 byte order right after it are copied a word at a
+        // time; every other format goes through its row's level and scale
+        // functions.
+        let direct = subs == 1 && !repack.mins && fmt.scale_offsets == [0];
+        let s_n = self.scale_entries();
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
@@ -304,7 +330,7 @@ impl I8Layout {
                     let (off, soff, nb) = self.tile_offset(panel, kb, tile);
                     let (off, soff, c0) = (
                         off / 4 - base.0,
-                        soff - base.1,
+                        soff * s_n - base.1,
                         panel * self.t_b + tile * tw,
                     );
                     for b in 0..nb {
@@ -315,15 +341,25 @@ impl I8Layout {
                                 let col = t * l + lane;
                                 let j = c0 + col;
                                 let mut col_words = zero;
-                                if j < self.n && blk < src_blocks {
-                                    let block = &src.data[(j * src_blocks + blk) * block_bytes..]
+                                if j < self.n && blk < src_blocks * subs {
+                                    let (sb, sub) = (blk / subs, blk % subs);
+                                    let block = &src.data[(j * src_blocks + sb) * block_bytes..]
                                         [..block_bytes];
-                                    sc[soff + b * tw + col] =
-                                        u16::from_le_bytes([block[0], block[1]]);
-                                    if plane {
-                                        five_bit_chunks(
+                                    let at_sc = soff + b * s_n * tw + col;
+                                    if direct {
+                                        sc[at_sc] = u16::from_le_bytes([block[0], block[1]]);
+                                    } else {
+                                        let (d, m) = stored_scale(repack.sub_scale, block, sub);
+                                        sc[at_sc] = d.to_bits();
+                                        if repack.mins {
+                                            sc[at_sc + tw] = m.to_bits();
+                                        }
+                                    }
+                                    if plane || !direct {
+                                        level_chunks(
+                                            self.bits,
                                             self.group_bytes,
-                                            &block_levels(src.dtype, block),
+                                            &(repack.block_levels)(block, sub),
                                             &mut col_words,
                                         );
                                     } else {
@@ -383,6 +419,31 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
     });
 }
 
+/// A sub-block's scale and min as the layout stores them: f16, rounded to
+/// nearest (the K-quants' `d * sc` is an f32 product).
+pub fn stored_scale(
+    sub_scale: fn(&[u8], usize) -> (f32, f32),
+    block: &[u8],
+    sub: usize,
+) -> (half::f16, half::f16) {
+    let (d, m) = sub_scale(block, sub);
+    (half::f16::from_f32(d), half::f16::from_f32(m))
+}
+
+/// One column's block of `levels` in the layout of `bits` (4, 5 or 8) for
+/// lane groups of `gb` bytes.
+fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
+    match bits {
+        5 => five_bit_chunks(gb, levels, out),
+        4 => {
+            let nibbles: [u8; QK / 2] =
+                std::array::from_fn(|i| (levels[i] & 0x0F) | (levels[i + QK / 2] << 4));
+            block_chunks(4, gb, &nibbles, out)
+        }
+        _ => block_chunks(8, gb, levels, out),
+    }
+}
+
 /// One column's block of 5-bit `levels` (0..32) for lane groups of `gb`
 /// bytes: the low 4 bits in the 4-bit layout's chunks (`out[..4]`), the
 /// fifth bits as the module documentation says (`out[4]`).
@@ -405,11 +466,11 @@ fn five_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     out[4] = h;
 }
 
-/// The 32 stored levels of a GGUF block (unsigned levels, codebook
-/// indices or `i8` bit patterns), as the format table says.
-pub(crate) fn block_levels(dtype: GgmlType, block: &[u8]) -> [u8; QK] {
+/// The 32 stored levels of sub-block `sub` of a GGUF block (unsigned
+/// levels, codebook indices or `i8` bit patterns), as the format table says.
+pub(crate) fn block_levels(dtype: GgmlType, block: &[u8], sub: usize) -> [u8; QK] {
     let repack = dtype.format().int8.expect("only int8 formats are repacked");
-    (repack.block_levels)(block)
+    (repack.block_levels)(block, sub)
 }
 
 #[cfg(test)]
@@ -508,7 +569,7 @@ mod tests {
         let bytes = p.w.as_bytes();
         for j in 0..n {
             for b in 0..2 {
-                let want = block_levels(w.dtype, w.block(j, b));
+                let want = block_levels(w.dtype, w.block(j, b), 0);
                 let (t, lane) = (j / 2, j % 2);
                 for (i, &lv) in want.iter().enumerate() {
                     let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
@@ -540,7 +601,7 @@ mod tests {
             let bytes = p.w.as_bytes();
             for j in 0..n {
                 for b in 0..2 {
-                    let want = block_levels(w.dtype, w.block(j, b));
+                    let want = block_levels(w.dtype, w.block(j, b), 0);
                     let (t, lane) = (j / lanes, j % lanes);
                     assert_eq!(
                         p.sc[b * 8 + j],
@@ -607,7 +668,7 @@ mod tests {
                             p.sc[soff + bi * tw + col],
                             u16::from_le_bytes([w.block(j, b)[0], w.block(j, b)[1]])
                         );
-                        block_levels(w.dtype, w.block(j, b))
+                        block_levels(w.dtype, w.block(j, b), 0)
                     } else {
                         [16; QK]
                     };

@@ -7,7 +7,7 @@
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::ggml::q4_0::nibbles;
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
 
 /// IQ4_NL's codebook (ggml's `kvalues_iq4nl`): the int8 level of each 4-bit
 /// index, before the block scale.
@@ -23,13 +23,15 @@ pub const IQ4_NL: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK / 2,
     bits: 4,
-    f16_scale: true,
+    scale_offsets: &[0],
     levels: Levels::Codebook(&VALUES),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 4,
         block_levels: nibbles,
+        sub_scale: leading_f16_scale,
+        mins: false,
     }),
 };
 

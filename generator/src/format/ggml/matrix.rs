@@ -20,6 +20,9 @@ use crate::format::error::FormatError;
 use crate::format::ggml::numpy::read_f16;
 use crate::format::row::{GgmlType, QK};
 
+/// The largest block of any format (the K-quants' 256-value super-blocks).
+const MAX_BLOCK: usize = 256;
+
 /// A weight matrix as GGUF stores it: `n` rows (output features) of `k`
 /// values (input features), each row a sequence of blocks along `k`.
 /// `W` (K x N, `y = x W`) has `W[i][j]` = row `j`, element `i`.
@@ -74,17 +77,38 @@ impl GgmlMatrix {
                 self.data.len()
             )));
         }
-        if self.dtype.is_quantized() {
-            for (b, blk) in self.data.chunks_exact(self.dtype.block_bytes()).enumerate() {
-                let d = read_f16(blk);
+        let fmt = self.dtype.format();
+        // Sub-block scales computed from finite parts can still leave f16's
+        // range (`d * sc` of the K-quants); the int8 layout stores them as
+        // f16, so those are checked too.
+        let derived = fmt
+            .int8
+            .filter(|r| r.mins || fmt.block > QK)
+            .map(|r| r.sub_scale);
+        let per_row = self.blocks_per_row();
+        for (b, blk) in self.data.chunks_exact(self.dtype.block_bytes()).enumerate() {
+            let bad = |what: &str, v: f32| {
+                FormatError(format!(
+                    "{} {what} {v} of row {} block {} is not finite",
+                    self.dtype,
+                    b / per_row,
+                    b % per_row
+                ))
+            };
+            for &at in fmt.scale_offsets {
+                let d = read_f16(&blk[at..]);
                 if !d.is_finite() {
-                    let per_row = self.blocks_per_row();
-                    return Err(FormatError(format!(
-                        "{} scale {d} of row {} block {} is not finite",
-                        self.dtype,
-                        b / per_row,
-                        b % per_row
-                    )));
+                    return Err(bad("scale", d));
+                }
+            }
+            if let Some(sub_scale) = derived {
+                for s in 0..fmt.block / QK {
+                    let (d, m) = sub_scale(blk, s);
+                    for v in [d, m] {
+                        if !half::f16::from_f32(v).is_finite() {
+                            return Err(bad(&format!("sub-block {s} scale"), v));
+                        }
+                    }
                 }
             }
         }
@@ -130,7 +154,7 @@ impl GgmlMatrix {
     pub fn get(&self, i: usize, j: usize) -> f32 {
         assert!(i < self.k, "element {i} of K = {}", self.k);
         let bv = self.dtype.block_values();
-        let mut vals = [0f32; QK];
+        let mut vals = [0f32; MAX_BLOCK];
         (self.dtype.0.dequantize)(self.block(j, i / bv), &mut vals[..bv]);
         vals[i % bv]
     }
@@ -158,7 +182,7 @@ impl GgmlMatrix {
             self.data.len()
         );
         let mut out = vec![0f32; k * n];
-        let mut vals = [0f32; QK];
+        let mut vals = [0f32; MAX_BLOCK];
         for j in 0..n {
             let row = &self.data[j * rb..(j + 1) * rb];
             for (b, blk) in row.chunks_exact(bb).enumerate() {

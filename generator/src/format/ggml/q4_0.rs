@@ -3,7 +3,7 @@
 //! the weight is `d * (nibble - 8)`.
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
 
 pub const Q4_0: Format = Format {
     tag: "q4_0",
@@ -13,19 +13,21 @@ pub const Q4_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK / 2,
     bits: 4,
-    f16_scale: true,
+    scale_offsets: &[0],
     levels: Levels::Offset(8),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 4,
         block_levels: nibbles,
+        sub_scale: leading_f16_scale,
+        mins: false,
     }),
 };
 
 /// The 32 stored 4-bit levels of a block in Q4_0's nibble order (IQ4_NL
 /// stores its indices the same way).
-pub(crate) fn nibbles(block: &[u8]) -> [u8; QK] {
+pub(crate) fn nibbles(block: &[u8], _sub: usize) -> [u8; QK] {
     let mut out = [0u8; QK];
     for i in 0..QK / 2 {
         out[i] = block[2 + i] & 0x0F;

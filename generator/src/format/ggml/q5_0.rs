@@ -9,7 +9,7 @@
 //! once per block through the activation sums.
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
 
 pub const Q5_0: Format = Format {
     tag: "q5_0",
@@ -19,18 +19,20 @@ pub const Q5_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + 4 + QK / 2,
     bits: 5,
-    f16_scale: true,
+    scale_offsets: &[0],
     levels: Levels::Offset(16),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 5,
         block_levels: levels,
+        sub_scale: leading_f16_scale,
+        mins: false,
     }),
 };
 
 /// The 32 stored 5-bit levels of a block, in order along K.
-fn levels(block: &[u8]) -> [u8; QK] {
+fn levels(block: &[u8], _sub: usize) -> [u8; QK] {
     let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
     let qs = &block[6..6 + QK / 2];
     let mut out = [0u8; QK];
@@ -45,7 +47,7 @@ fn levels(block: &[u8]) -> [u8; QK] {
 /// One block, as gguf-py's `Q5_0.dequantize_blocks`: `d * (level - 16)` in f32.
 fn dequantize(blk: &[u8], out: &mut [f32]) {
     let d = read_f16(blk);
-    for (o, l) in out.iter_mut().zip(levels(blk)) {
+    for (o, l) in out.iter_mut().zip(levels(blk, 0)) {
         *o = d * (l as i8 - 16) as f32;
     }
 }
@@ -97,7 +99,7 @@ mod tests {
         // Level i * 7 % 32 at value i: every fifth bit and nibble position.
         let lv: [u8; QK] = std::array::from_fn(|i| (i * 7 % 32) as u8);
         let b = block(0.5, &lv);
-        assert_eq!(levels(&b), lv);
+        assert_eq!(levels(&b, 0), lv);
         let mut w = [0f32; QK];
         dequantize(&b, &mut w);
         for i in 0..QK {
@@ -108,7 +110,7 @@ mod tests {
         lv[8] = 16;
         let b = block(1.0, &lv);
         assert_eq!(b[2..6], [0, 1, 0, 0]);
-        assert_eq!(levels(&b)[8], 16);
+        assert_eq!(levels(&b, 0)[8], 16);
     }
 
     #[test]
@@ -125,7 +127,7 @@ mod tests {
         quantize(&x, &mut out);
         assert_eq!(out.len(), 22);
         assert_eq!(read_f16(&out), 1.0);
-        let lv = levels(&out);
+        let lv = levels(&out, 0);
         assert_eq!(lv[..4], [0, 17, 16, 31]);
         assert_eq!((lv[20], lv[31], lv[5]), (0, 19, 16));
         // Positive max: d negative, the max maps to level 0.
@@ -149,6 +151,6 @@ mod tests {
         let mut out = Vec::new();
         quantize(&x, &mut out);
         assert!(read_f16(&out).is_nan());
-        assert_eq!(levels(&out), [0; QK]);
+        assert_eq!(levels(&out, 0), [0; QK]);
     }
 }

@@ -2,7 +2,7 @@
 //! levels; the weight is `d * q`.
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
 
 pub const Q8_0: Format = Format {
     tag: "q8_0",
@@ -12,17 +12,19 @@ pub const Q8_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK,
     bits: 8,
-    f16_scale: true,
+    scale_offsets: &[0],
     levels: Levels::Signed,
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 8,
         block_levels: bytes,
+        sub_scale: leading_f16_scale,
+        mins: false,
     }),
 };
 
-fn bytes(block: &[u8]) -> [u8; QK] {
+fn bytes(block: &[u8], _sub: usize) -> [u8; QK] {
     block[2..2 + QK]
         .try_into()
         .expect("a Q8_0 block holds 32 levels")
