@@ -12,6 +12,7 @@
 use crate::format::ggml::float;
 use crate::format::ggml::iq4_nl;
 use crate::format::ggml::q4_0;
+use crate::format::ggml::q4_1;
 use crate::format::ggml::q5_0;
 use crate::format::ggml::q8_0;
 use crate::format::row::{Format, GgmlType};
@@ -24,6 +25,7 @@ pub const FORMATS: &[&Format] = &[
     &q5_0::Q5_0,
     &q8_0::Q8_0,
     &iq4_nl::IQ4_NL,
+    &q4_1::Q4_1,
 ];
 
 impl GgmlType {
@@ -33,6 +35,7 @@ impl GgmlType {
     pub const Q5_0: GgmlType = GgmlType(&q5_0::Q5_0);
     pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
     pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
+    pub const Q4_1: GgmlType = GgmlType(&q4_1::Q4_1);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {

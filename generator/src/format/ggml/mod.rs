@@ -8,6 +8,7 @@ pub mod iq4_nl;
 pub mod matrix;
 pub mod numpy;
 pub mod q4_0;
+pub mod q4_1;
 pub mod q5_0;
 pub mod q8_0;
 
