@@ -47,7 +47,10 @@ fn every_int8_kernel_matches_the_oracle() {
             // i8mm / dotprod.
             assert!(!isas.contains(&"sve256"), "{isas:?}");
         }
+        let bv = dtype(format).block_values();
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
+            // K-quants: whole 256-value super-blocks.
+            let k = k.div_ceil(bv) * bv;
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
             let w = match format {
                 "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),

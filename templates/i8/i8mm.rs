@@ -244,3 +244,10 @@ pub unsafe fn hb_hi<const G: i32>(w: I, e: I) -> I {
 pub unsafe fn sub_bias(acc: I, c0: *const i32, c1: *const i32) -> I {
     vsubq_s32(acc, vcombine_s32(vdup_n_s32(*c0), vdup_n_s32(*c1)))
 }
+
+/// The level sums of a row pair as `[c0, c0, c1, c1]`, the rows of a 2x2
+/// tile, for the min term of formats with mins (Q4_1, Q4_K, ...).
+#[inline(always)]
+pub unsafe fn splat_pair(c0: *const i32, c1: *const i32) -> I {
+    vcombine_s32(vdup_n_s32(*c0), vdup_n_s32(*c1))
+}

@@ -235,13 +235,16 @@ impl I8Isa {
 
     /// Whether this ISA has kernels for `spec`'s weight format, and if not why.
     /// The SVE emitter (whole asm loops) has neither the codebook formats'
-    /// `lut` nor the 5-bit unpack: SVE machines run those on i8mm or dotprod.
+    /// `lut`, the 5-bit unpack nor the min term: SVE machines run those on
+    /// i8mm or dotprod.
     /// (A 256-bit SVE core with i8mm ranks i8mm first anyway, see
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
         if self.sve_bits.is_some() {
             let missing = if spec.codebook() {
                 "table lookup"
+            } else if spec.mins() {
+                "min term"
             } else if spec.bits() == 5 {
                 "5-bit unpack"
             } else {

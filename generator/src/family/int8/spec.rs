@@ -74,6 +74,12 @@ impl I8Spec {
         self.format.int8.map_or(self.format.bits, |r| r.layout_bits)
     }
 
+    /// The format has mins (Q4_1, Q4_K, ...): a second f16 stream beside
+    /// the scales, added as `m * d_x * sum(q_x)` per block.
+    pub fn mins(&self) -> bool {
+        self.format.int8.is_some_and(|r| r.mins)
+    }
+
     /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.
     pub fn codebook(&self) -> bool {
         self.format.codebook().is_some()

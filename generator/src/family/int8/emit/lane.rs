@@ -2,8 +2,8 @@
 //! lane): dot-product instructions (vpdpbusd, maddubs, sdot, portable).
 
 use crate::family::int8::emit::micro::lit;
-use crate::family::int8::emit::micro::micro_fn;
 use crate::family::int8::emit::micro::MicroSpec;
+use crate::family::int8::emit::micro::{micro_fn, min_factors, min_term};
 use crate::family::int8::isa::I8Isa;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -153,18 +153,27 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         }
     }
     // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
+    // With mins, `+ m * d_x * sum(q_x)` (the tile's mins follow its scales).
     let mut fold = TokenStream::new();
+    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
     for t in 0..t_sub {
-        let s = format_ident!("s_{}", t);
-        let off = lit(t * l);
+        let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
+        let (off, moff) = (lit(t * l), lit(t_u * l + t * l));
         fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
+        if mins {
+            fold.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
+        }
     }
     for r in 0..rows {
         let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
+        let (sx, sb) = (format_ident!("sx_{}", r), format_ident!("sb_{}", r));
         let row = lit(r);
         fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
-        if isa.removes_offset(&p.spec) {
+        if isa.removes_offset(&p.spec) || mins {
             fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
+        }
+        if mins {
+            fold.extend(min_factors(signed, &dx, &quote! { #c }, &sx, &sb));
         }
         for t in 0..t_sub {
             let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
@@ -173,14 +182,22 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             // unsigned levels carry a bias to remove.
             let sum = match (p.spec.bits(), isa.signed_nibbles) {
                 _ if p.spec.codebook() => quote! { #i },
-                (5, _) => quote! { ops::subi(#i, #c) },
-                (4, false) => quote! { ops::subi(ops::block_sum(#i), #c) },
+                (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
+                (5, _) => quote! { #i },
+                (4, false) if isa.removes_offset(&p.spec) => {
+                    quote! { ops::subi(ops::block_sum(#i), #c) }
+                }
+                (4, false) => quote! { ops::block_sum(#i) },
                 (4, true) => quote! { ops::block_sum(#i) },
                 _ => quote! { #i },
             };
             fold.extend(quote! {
                 #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
             });
+            if mins {
+                let mn = format_ident!("mn_{}", t);
+                fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+            }
         }
     }
     let body = quote! { #zero #block #fold };

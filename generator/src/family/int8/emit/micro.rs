@@ -61,7 +61,7 @@ pub(crate) fn micro_fn(
     // A block of the tile: 4 bits bytes per column.
     let (wstep, sstep) = (
         lit(4 * p.spec.bits() as usize * p.tile.t_u * p.lanes),
-        lit(p.tile.t_u * p.lanes),
+        lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
     let attrs = fn_attrs(isa);
@@ -99,6 +99,59 @@ pub(crate) fn micro_fn(
                 #store
             }
         }
+    }
+}
+
+/// f16 entries per column and block in the scale stream: the scale, and
+/// the min where the format has mins (a tile's `TW` scales, then its `TW`
+/// mins).
+pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
+    if spec.mins() {
+        2
+    } else {
+        1
+    }
+}
+
+/// The per-row factors of the min term, after `dx` (the row's activation
+/// scale) and `c` (its level sum as `I`) are in scope: `sx` is the block's
+/// `d_x * sum(q_x)` (scaled back up where the activation scales carry the
+/// signed nibbles' 1/16), and on signed-nibble layouts `sb = 8 sx`, which
+/// times the block scale restores the `8 d` that reading `q - 8` took off.
+pub(crate) fn min_factors(
+    signed: bool,
+    dx: &proc_macro2::Ident,
+    c: &TokenStream,
+    sx: &proc_macro2::Ident,
+    sb: &proc_macro2::Ident,
+) -> TokenStream {
+    if signed {
+        quote! {
+            let #sx = ops::mulf(ops::cvti(#c), ops::mulf(#dx, ops::splatf(&16.0f32)));
+            let #sb = ops::mulf(#sx, ops::splatf(&8.0f32));
+        }
+    } else {
+        quote! { let #sx = ops::mulf(ops::cvti(#c), #dx); }
+    }
+}
+
+/// The min term of one accumulator: `f += m sx` (and `+ d sb` on
+/// signed-nibble layouts).
+pub(crate) fn min_term(
+    signed: bool,
+    f: &proc_macro2::Ident,
+    m: &proc_macro2::Ident,
+    s: &proc_macro2::Ident,
+    sx: &proc_macro2::Ident,
+    sb: &proc_macro2::Ident,
+) -> TokenStream {
+    if signed {
+        quote! {
+            #f = ops::fmaf(#m, #sx, #f);
+            #f = ops::fmaf(#s, #sb, #f);
+        }
+    } else {
+        quote! { #f = ops::fmaf(#m, #sx, #f); }
     }
 }
 

@@ -24,7 +24,7 @@
 //! `hi_{t}` the nibble planes of column pair `t`, `e_{t}` its fifth bits.
 
 use crate::family::int8::emit::micro::MicroSpec;
-use crate::family::int8::emit::micro::{geometry, micro_fn};
+use crate::family::int8::emit::micro::{geometry, micro_fn, min_factors, min_term};
 use crate::family::int8::isa::I8Isa;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
@@ -140,9 +140,21 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         }
     }
     body.extend(quote! { let dx = ops::splatf(xd); });
+    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
+    let (sx, sb) = (format_ident!("sx"), format_ident!("sb"));
+    if mins {
+        body.extend(min_factors(
+            signed,
+            &format_ident!("dx"),
+            &quote! { ops::splat_pair(xc, xc) },
+            &sx,
+            &sb,
+        ));
+    }
     for v in 0..t_sub / 2 {
         let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
         let (s, off) = (format_ident!("s_{}", v), lit(4 * v));
+        let (mn, moff) = (format_ident!("mn_{}", v), lit(p.tile.t_u * p.lanes + 4 * v));
         let sum = if isa.removes_offset(&p.spec) {
             quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
         } else {
@@ -152,6 +164,10 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             let #s = ops::scales(sc.add(#off));
             #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, dx), #f);
         });
+        if mins {
+            body.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
+            body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+        }
     }
     micro_fn(p, isa, 1, init, body, store, (32, 1))
 }
@@ -233,9 +249,14 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
             }
         }
     }
+    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
     for t in 0..t_sub {
         let (s, off) = (format_ident!("s_{}", t), lit(2 * t));
         body.extend(quote! { let #s = ops::scales_pair(sc.add(#off)); });
+        if mins {
+            let (mn, moff) = (format_ident!("mn_{}", t), lit(p.tile.t_u * p.lanes + 2 * t));
+            body.extend(quote! { let #mn = ops::scales_pair(sc.add(#moff)); });
+        }
     }
     for q in 0..pairs {
         let (dx, row) = (format_ident!("dx_{}", q), lit(q));
@@ -250,6 +271,17 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
             );
             quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) }
         });
+        // With mins: the level sums of rows 2q and 2q + 1 as [c0, c0, c1, c1],
+        // the order of the 2x2 tile's rows.
+        let (sx, sb) = (format_ident!("sx_{}", q), format_ident!("sb_{}", q));
+        if mins {
+            let (r0, r1) = (
+                lit(2 * q),
+                lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
+            );
+            let c = quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) };
+            body.extend(min_factors(signed, &dx, &c, &sx, &sb));
+        }
         for t in 0..t_sub {
             let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
             let sum = match &bias {
@@ -257,6 +289,10 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
                 None => quote! { #i },
             };
             body.extend(quote! { #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f); });
+            if mins {
+                let mn = format_ident!("mn_{}", t);
+                body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+            }
         }
     }
     micro_fn(p, isa, rows, init, body, store, (64, 4))

@@ -24,6 +24,9 @@ const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut", "idx_lo", "idx_hi"];
 /// two-dot accumulate, the pair layouts' plane split and bias), likewise
 /// left out of the others. A template has those its emitter calls:
 /// [`FIVE_BIT_LANE`] or [`FIVE_BIT_PAIR`].
+/// Template primitives only kernels of formats with mins use.
+const MIN_ITEMS: &[&str] = &["splat_pair"];
+
 const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
@@ -38,6 +41,16 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             p.spec.format_tag(),
             if p.spec.codebook() {
                 "4-bit codebook indices, table lookup to signed int8".to_string()
+            } else if p.spec.mins() {
+                format!(
+                    "{}-bit unsigned levels, a scale and a min per 32 values{}",
+                    p.spec.bits(),
+                    if isa.signed_levels(&p.spec) {
+                        " (read as signed nibbles, 8 d added back with the min)"
+                    } else {
+                        ""
+                    }
+                )
             } else if p.spec.bits() == 5 {
                 format!(
                     "5-bit, nibbles + fifth bits, unsigned levels - {}",
@@ -192,6 +205,11 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_items(&mut items, spec, isa)?;
     five_bit_items(&mut items, spec, isa)?;
+    if !spec.mins() {
+        items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
+    } else {
+        isa.supports(spec).map_err(EmitError)?;
+    }
     Ok(items)
 }
 
@@ -282,6 +300,12 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         lit(p.tile.t_sub * p.lanes * isa.group_bytes),
     );
     let m_r = lit(p.tile.m_r);
+    // With mins each column and block has a scale and a min.
+    let scale_base = if p.spec.mins() {
+        quote! { base * 2 }
+    } else {
+        quote! { base }
+    };
     let full = format_ident!("micro_r{}", p.tile.m_r);
     // 5-bit pair layouts: the plane of fifth bits after the tile's nibble
     // chunks (16 bytes per column), 4 bytes per column.
@@ -352,7 +376,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                                 let base = cols_before + tile * #tw * nb;
                                 let wt = w.add(base * #block_bytes + sub * #sub_bytes);
                                 #wh_let
-                                let st = sc.add(base + sub * #sub_cols);
+                                let st = sc.add(#scale_base + sub * #sub_cols);
                                 let yr = y.add(r * ldy + c);
                                 match rows {
                                     #m_r => #full(wt, #wh_arg st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),

@@ -1,0 +1,196 @@
+//! The int8 formats whose blocks carry more than a scale: mins (Q4_1, Q5_1,
+//! Q4_K, Q5_K) and 256-value super-blocks with sub-block scales (the
+//! K-quants), every one the format table lists, against the exact oracle on
+//! every ISA this CPU runs, on raw blocks with every level and on quantized
+//! weights; each ISA also forced through `KGEN_FORCE_ISA`.
+
+mod common;
+
+use common::check_i8 as check;
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::rng::Rng;
+use kgen_runtime::{Matrix, Op, Pool, Registry, WeightFormat};
+
+/// The formats this file covers: table rows with mins or super-blocks that
+/// this build has kernels for.
+fn formats() -> Vec<GgmlType> {
+    kgen::format::int8_formats()
+        .filter(|f| f.int8.is_some_and(|r| r.mins) || f.block > 32)
+        .map(GgmlType)
+        .filter(|t| common::i8_format_built(t.tag()))
+        .collect()
+}
+
+/// Raw blocks of `dtype`: uniformly random bytes (every level, sub-block
+/// scale and min code in every position), f16 scales of both signs over
+/// several orders of magnitude where the format keeps them, the first
+/// column's level bytes all 0 and the second's all 1 bits.
+fn raw_blocks(dtype: GgmlType, k: usize, n: usize, seed: u64) -> GgmlMatrix {
+    let f = dtype.format();
+    let bb = dtype.block_bytes();
+    let per_row = k / f.block;
+    let mut rng = Rng::new(seed);
+    let mut data: Vec<u8> = (0..n * per_row * bb)
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    for (b, blk) in data.chunks_exact_mut(bb).enumerate() {
+        match b / per_row {
+            0 => blk.fill(0),
+            1 => blk.fill(0xFF),
+            _ => {}
+        }
+        for (i, &at) in f.scale_offsets.iter().enumerate() {
+            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][(b + i) % 4];
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        }
+    }
+    let m = GgmlMatrix { k, n, dtype, data };
+    m.validate().unwrap();
+    m
+}
+
+fn isas(reg: &Registry, t: GgmlType) -> Vec<&'static str> {
+    reg.runnable(WeightFormat::Ggml(t), Op::Gemv)
+        .iter()
+        .map(|e| e.isa)
+        .collect()
+}
+
+/// Every such format on every ISA, over K (one block to many, several K
+/// blocks of the plan), N (ragged against every tile width), rows 1..=9 and
+/// larger, one and three threads.
+#[test]
+fn every_isa_over_k_n_and_rows() {
+    let reg = Registry::builtin();
+    let (p1, p3) = (Pool::new(1), Pool::new(3));
+    let rows: Vec<usize> = (1..=9).chain([12, 17]).collect();
+    let mut runs = std::collections::BTreeMap::new();
+    for t in formats() {
+        let bv = t.block_values();
+        let ks: Vec<usize> = if bv == 32 {
+            vec![32, 64, 96, 224, 1056]
+        } else {
+            vec![bv, 2 * bv, 5 * bv]
+        };
+        let isas = isas(&reg, t);
+        assert_eq!(*isas.last().unwrap(), "portable", "{t}");
+        for (ki, &k) in ks.iter().enumerate() {
+            for (ni, &n) in [1usize, 3, 7, 8, 9, 16, 17, 33, 65, 130].iter().enumerate() {
+                let seed = (ki * 100 + ni) as u64;
+                let w = if ni % 2 == 0 {
+                    raw_blocks(t, k, n, seed)
+                } else {
+                    let wf = Rng::new(seed).vec_f32(k * n);
+                    GgmlMatrix::quantize(&wf, k, n, t)
+                };
+                for isa in &isas {
+                    let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
+                    assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (*isa, *isa));
+                    assert_eq!(qm.gemv_kernel().format, t.tag());
+                    for &m in rows.iter().filter(|&&m| k * n < 20_000 || m % 4 == 1) {
+                        let x = Rng::new(seed * 31 + m as u64).vec_f32(m * k);
+                        let mut y = vec![f32::NAN; m * n];
+                        let pool = if m % 2 == 0 { &p3 } else { &p1 };
+                        qm.gemm_on(pool, &x, m, &mut y).unwrap();
+                        let what = format!(
+                            "{} / {} {k}x{n} rows {m}",
+                            qm.gemv_kernel().name,
+                            qm.gemm_kernel().name
+                        );
+                        check(&w, &x, k, m, &y, &what);
+                        *runs.entry(format!("{t} {isa}")).or_insert(0) += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("oracle runs per format and ISA: {runs:?}");
+}
+
+/// Quantized weights: the kernels' result is close to `x W` with the
+/// dequantized weights (activation rounding only).
+#[test]
+fn close_to_the_dequantized_product() {
+    for t in formats() {
+        let (k, n, m) = (1024, 72, 3);
+        let w = GgmlMatrix::quantize(&Rng::new(21).vec_f32(k * n), k, n, t);
+        let qm = Matrix::from_ggml(&w).unwrap();
+        let deq = w.dequantize();
+        let x = Rng::new(22).vec_f32(m * k);
+        let mut y = vec![0f32; m * n];
+        qm.gemm(&x, m, &mut y).unwrap();
+        for r in 0..m {
+            for j in 0..n {
+                let exact: f64 = (0..k)
+                    .map(|i| x[r * k + i] as f64 * deq[i * n + j] as f64)
+                    .sum();
+                let mag: f64 = (0..k)
+                    .map(|i| (x[r * k + i] as f64 * deq[i * n + j] as f64).abs())
+                    .sum();
+                assert!(
+                    (y[r * n + j] as f64 - exact).abs() <= 0.02 * mag,
+                    "{t} row {r} col {j}: {} vs {exact}",
+                    y[r * n + j]
+                );
+            }
+        }
+    }
+}
+
+/// `KGEN_FORCE_ISA` picks each kernel this CPU runs for every such format:
+/// this test runs itself once per ISA in a child process with the variable
+/// set, where `Matrix::from_ggml` must select that ISA and match the oracle.
+#[test]
+fn kgen_force_isa_selects_each_isa() {
+    if let Ok(isa) = std::env::var(kgen_runtime::FORCE_ISA_ENV) {
+        let reg = Registry::builtin();
+        for t in formats()
+            .into_iter()
+            .filter(|&t| isas(&reg, t).contains(&&*isa))
+        {
+            let k = 2 * t.block_values().max(160);
+            let w = raw_blocks(t, k, 70, 5);
+            let qm = Matrix::from_ggml(&w).unwrap();
+            assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (&*isa, &*isa));
+            for m in [1, 4, 9] {
+                let x = Rng::new(m as u64).vec_f32(m * k);
+                let mut y = vec![f32::NAN; m * 70];
+                qm.gemm(&x, m, &mut y).unwrap();
+                check(&w, &x, k, m, &y, &format!("{t} {isa} rows {m}"));
+            }
+            println!("forced {isa} {t}: ok");
+        }
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    // Under qemu-user without binfmt_misc the binary cannot run itself.
+    let probe = std::process::Command::new(&exe)
+        .args(["--list", "--exact", "kgen_force_isa_selects_each_isa"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
+        eprintln!("this test binary cannot run itself here (emulated?): skipped");
+        return;
+    }
+    let reg = Registry::builtin();
+    let mut all: Vec<&str> = formats().into_iter().flat_map(|t| isas(&reg, t)).collect();
+    all.sort();
+    all.dedup();
+    for isa in all {
+        let out = std::process::Command::new(&exe)
+            .args(["--exact", "kgen_force_isa_selects_each_isa", "--nocapture"])
+            .env(kgen_runtime::FORCE_ISA_ENV, isa)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        for t in formats()
+            .into_iter()
+            .filter(|&t| isas(&reg, t).contains(&isa))
+        {
+            assert!(
+                out.status.success() && text.contains(&format!("forced {isa} {t}: ok")),
+                "KGEN_FORCE_ISA={isa} {t}:\n{text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
