@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-tests=(--test kernels --test aarch64_neon --test int8)
+tests=(--test kernels --test aarch64_neon --test int8 --test int8_formats)
 cpus=${QEMU_CPU:-${QEMU_CPUS:-max neoverse-n1 cortex-a57}}
 for cpu in $cpus; do
     echo "== qemu-aarch64 -cpu $cpu"

@@ -36,7 +36,7 @@ pub use kernel::{F32Params, F32RunFn, FamilyParams, Int8Params, Int8RunFn, Kerne
 pub use kgen::format::ggml::{GgmlMatrix, GgmlType};
 pub use kgen::format::gptq::GptqMatrix;
 pub use kgen::spec::Group;
-pub use matrix::Matrix;
+pub use matrix::{Input, Matrix};
 pub use model::{LoadedModel, Model, TypeSummary};
 pub use pool::Pool;
 

@@ -3,7 +3,10 @@
 
 use crate::dispatch::Registry;
 use crate::error::Error;
-use crate::family::{f32::F32Matrix, int8::Int8Matrix};
+use crate::family::{
+    f32::F32Matrix,
+    int8::{Int8Matrix, QuantizedInput},
+};
 use crate::format::{Family, WeightFormat};
 use crate::gguf::GgufFile;
 use crate::gptq_file::{self, GptqLayer, GptqOptions};
@@ -354,6 +357,73 @@ impl Matrix {
         }
     }
 
+    /// `m` rows of `x` (m x k) prepared once for several matrices that take
+    /// the same input, e.g. the q / k / v projections of a layer, or its
+    /// gate and up projections: on the int8 family the activations are
+    /// quantized here (per 32-block, as [`Matrix::gemm`] does on every
+    /// call), so each further matrix skips that pass.
+    ///
+    /// ```no_run
+    /// # fn f(q: &kgen_runtime::Matrix, k: &kgen_runtime::Matrix, v: &kgen_runtime::Matrix,
+    /// #      x: &[f32], yq: &mut [f32], yk: &mut [f32], yv: &mut [f32]) -> Result<(), kgen_runtime::Error> {
+    /// let input = q.quantize_input(x, 1)?;
+    /// for (w, y) in [(q, yq), (k, yk), (v, yv)] {
+    ///     if w.accepts(&input) {
+    ///         w.gemm_input(&input, y)?;
+    ///     } else {
+    ///         w.gemm(x, 1, y)?; // another format: quantizes for itself
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// An input fits every matrix with the same K whose kernels read
+    /// activations the same way ([`Matrix::accepts`]): the int8 matrices of
+    /// one format and ISA (Q4_0 and Q4_K differ: Q4_0's kernels remove an
+    /// offset of 8 through the block sums, Q4_K's add mins through them).
+    pub fn quantize_input(&self, x: &[f32], m: usize) -> Result<Input, Error> {
+        crate::panels::check_shape(self.k(), self.n(), m, x.len(), m * self.n())?;
+        Ok(Input(match &self.backend {
+            Backend::F32(_) => InputKind::F32 {
+                x: x.to_vec(),
+                k: self.k(),
+                m,
+            },
+            Backend::Int8(w) => InputKind::Int8(w.quantize_input(x, m)),
+        }))
+    }
+
+    /// Whether [`Matrix::gemm_input`] takes `input`.
+    pub fn accepts(&self, input: &Input) -> bool {
+        match (&self.backend, &input.0) {
+            (Backend::F32(_), InputKind::F32 { k, .. }) => *k == self.k(),
+            (Backend::Int8(w), InputKind::Int8(q)) => q.k == w.k() && q.fmt == w.act_format(q.m),
+            _ => false,
+        }
+    }
+
+    /// `y = x W` for the rows of an input from [`Matrix::quantize_input`]
+    /// (`y`: m x n); an input this matrix does not accept is an error.
+    pub fn gemm_input(&self, input: &Input, y: &mut [f32]) -> Result<(), Error> {
+        self.gemm_input_on(pool::global(), input, y)
+    }
+
+    /// As [`Matrix::gemm_input`], on a given pool.
+    pub fn gemm_input_on(&self, pool: &Pool, input: &Input, y: &mut [f32]) -> Result<(), Error> {
+        match (&self.backend, &input.0) {
+            (Backend::F32(w), InputKind::F32 { x, k, m }) if *k == self.k() => {
+                w.gemm_on(pool, x, *m, y)
+            }
+            (Backend::Int8(w), InputKind::Int8(q)) => w.gemm_quantized(pool, q, y),
+            _ => Err(Error::Shape(format!(
+                "this input was prepared for another family or K; this matrix is {}x{}, {} family",
+                self.k(),
+                self.n(),
+                self.family()
+            ))),
+        }
+    }
+
     /// What runs: family, format, ISA, target and kernels, e.g. `int8
     /// family, q4_0 (GGUF Q4_0), ISA avx512vnni (target x86-64-v4-vnni),
     /// kernels q4_0_gemv_1x64__avx512vnni / q4_0_gemm_8x16__avx512vnni`.
@@ -372,6 +442,25 @@ impl Matrix {
             v.isa,
             v.target
         )
+    }
+}
+
+/// Activation rows prepared once by [`Matrix::quantize_input`] for every
+/// matrix that [`Matrix::accepts`] them.
+pub struct Input(InputKind);
+
+enum InputKind {
+    F32 { x: Vec<f32>, k: usize, m: usize },
+    Int8(QuantizedInput),
+}
+
+impl Input {
+    /// Activation rows.
+    pub fn rows(&self) -> usize {
+        match &self.0 {
+            InputKind::F32 { m, .. } => *m,
+            InputKind::Int8(q) => q.m,
+        }
     }
 }
 

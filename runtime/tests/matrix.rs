@@ -527,3 +527,43 @@ fn empty_batch_is_a_no_op() {
         m.gemm_on(&Pool::new(2), &[], 0, &mut y).unwrap();
     }
 }
+
+/// One input quantized once serves every matrix of the same format and K
+/// (q / k / v), bit for bit what `gemm` gives; matrices that read
+/// activations another way, or another K, refuse it with an error.
+#[test]
+fn a_quantized_input_is_shared_by_matrices_that_read_it_alike() {
+    use kgen::format::rng::Rng;
+    let (k, n, m) = (256, 40, 3);
+    let mats: Vec<Matrix> = (0..3)
+        .map(|s| Matrix::from_f32(&Rng::new(s).vec_f32(k * n), k, n, "q4_0").unwrap())
+        .collect();
+    let x = Rng::new(9).vec_f32(m * k);
+    for rows in [1, m] {
+        let input = mats[0].quantize_input(&x[..rows * k], rows).unwrap();
+        assert_eq!(input.rows(), rows);
+        for w in &mats {
+            assert!(w.accepts(&input));
+            let (mut a, mut b) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+            w.gemm_input(&input, &mut a).unwrap();
+            w.gemm(&x[..rows * k], rows, &mut b).unwrap();
+            assert_eq!(a, b);
+            assert!(w.gemm_input(&input, &mut vec![0f32; rows * n + 1]).is_err());
+        }
+    }
+    let input = mats[0].quantize_input(&x, m).unwrap();
+    let w8 = Matrix::from_f32(&Rng::new(4).vec_f32(k * n), k, n, "q8_0").unwrap();
+    assert!(!w8.accepts(&input));
+    assert!(w8.gemm_input(&input, &mut vec![0f32; m * n]).is_err());
+    let wk = Matrix::from_f32(&Rng::new(4).vec_f32(2 * k * n), 2 * k, n, "q4_0").unwrap();
+    assert!(!wk.accepts(&input));
+    assert!(wk.gemm_input(&input, &mut vec![0f32; m * n]).is_err());
+    let g = Matrix::from_f32(&Rng::new(5).vec_f32(k * n), k, n, "4:128").unwrap();
+    assert!(!g.accepts(&input));
+    let gi = g.quantize_input(&x, m).unwrap();
+    let (mut a, mut b) = (vec![0f32; m * n], vec![0f32; m * n]);
+    g.gemm_input(&gi, &mut a).unwrap();
+    g.gemm(&x, m, &mut b).unwrap();
+    assert_eq!(a, b);
+    assert!(mats[0].quantize_input(&x[1..], m).is_err());
+}

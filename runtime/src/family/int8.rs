@@ -149,6 +149,27 @@ impl Int8Matrix {
         self.layout.bytes() + 2 * self.packed.sc.len()
     }
 
+    /// How this matrix's kernel for `m` rows reads its activations.
+    pub(crate) fn act_format(&self, m: usize) -> ActFormat {
+        let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
+        ActFormat {
+            row_pairs: kernel.row_pairs,
+            scale: self.layout.x_scale(),
+            ..ActFormat::plain(self.layout.format)
+        }
+    }
+
+    /// `m` rows of `x` quantized as this matrix's kernels read them.
+    pub(crate) fn quantize_input(&self, x: &[f32], m: usize) -> QuantizedInput {
+        let l = &self.layout;
+        let fmt = self.act_format(m);
+        let mut xa = QuantizedActivations::default();
+        if m > 0 {
+            self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
+        }
+        QuantizedInput { fmt, k: l.k, m, xa }
+    }
+
     /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
     /// 32-block first (Q8_0 arithmetic), then the kernel runs over column
     /// panels split across the pool's threads.
@@ -165,14 +186,33 @@ impl Int8Matrix {
             // An empty batch: nothing to compute and nothing to write.
             return Ok(());
         }
+        self.gemm_quantized(pool, &self.quantize_input(x, m), y)
+    }
+
+    /// [`Int8Matrix::gemm_on`] on activations already quantized for it.
+    pub(crate) fn gemm_quantized(
+        &self,
+        pool: &Pool,
+        input: &QuantizedInput,
+        y: &mut [f32],
+    ) -> Result<(), Error> {
+        let l = &self.layout;
+        let m = input.m;
+        crate::panels::check_shape(l.k, l.n, m, m * input.k, y.len())?;
+        if input.k != l.k || input.fmt != self.act_format(m) {
+            return Err(Error::Shape(format!(
+                "activations quantized for K = {} ({:?}) do not fit this matrix (K = {}, {:?}):                  quantize them with this matrix's quantize_input",
+                input.k,
+                input.fmt,
+                l.k,
+                self.act_format(m)
+            )));
+        }
+        if m == 0 {
+            return Ok(());
+        }
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
-        let fmt = ActFormat {
-            row_pairs: kernel.row_pairs,
-            scale: l.x_scale(),
-            ..ActFormat::plain(l.format)
-        };
-        let mut xa = QuantizedActivations::default();
-        self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
+        let xa = &input.xa;
         let (w, sc) = (
             self.packed.w.as_bytes().as_ptr() as usize,
             self.packed.sc.as_ptr() as usize,
@@ -184,6 +224,7 @@ impl Int8Matrix {
         );
         let run = kernel.run;
         let (k_pad, n_pad) = (l.k_pad, l.n_pad);
+        debug_assert_eq!(xa.q.len() % k_pad, 0);
         debug_assert_eq!(k_pad % QK, 0);
         let entry = if m == 1 { &self.gemv } else { &self.gemm };
         crate::panels::over_panels(
@@ -217,4 +258,13 @@ impl Int8Matrix {
         );
         Ok(())
     }
+}
+
+/// Activations quantized once for every int8 matrix whose kernels read them
+/// the same way (see [`crate::Matrix::quantize_input`]).
+pub(crate) struct QuantizedInput {
+    pub(crate) fmt: ActFormat,
+    pub(crate) k: usize,
+    pub(crate) m: usize,
+    pub(crate) xa: QuantizedActivations,
 }
