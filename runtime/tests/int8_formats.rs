@@ -72,7 +72,7 @@ fn every_isa_over_k_n_and_rows() {
         } else {
             vec![bv, 2 * bv, 5 * bv]
         };
-        let isas = isas(&reg, t);
+        let isas = isas(reg, t);
         assert_eq!(*isas.last().unwrap(), "portable", "{t}");
         for (ki, &k) in ks.iter().enumerate() {
             for (ni, &n) in [1usize, 3, 7, 8, 9, 16, 17, 33, 65, 130].iter().enumerate() {
@@ -146,7 +146,7 @@ fn kgen_force_isa_selects_each_isa() {
         let reg = Registry::builtin();
         for t in formats()
             .into_iter()
-            .filter(|&t| isas(&reg, t).contains(&&*isa))
+            .filter(|&t| isas(reg, t).contains(&&*isa))
         {
             let k = 2 * t.block_values().max(160);
             let w = raw_blocks(t, k, 70, 5);
@@ -172,7 +172,7 @@ fn kgen_force_isa_selects_each_isa() {
         return;
     }
     let reg = Registry::builtin();
-    let mut all: Vec<&str> = formats().into_iter().flat_map(|t| isas(&reg, t)).collect();
+    let mut all: Vec<&str> = formats().into_iter().flat_map(|t| isas(reg, t)).collect();
     all.sort();
     all.dedup();
     for isa in all {
@@ -184,7 +184,7 @@ fn kgen_force_isa_selects_each_isa() {
         let text = String::from_utf8_lossy(&out.stdout);
         for t in formats()
             .into_iter()
-            .filter(|&t| isas(&reg, t).contains(&isa))
+            .filter(|&t| isas(reg, t).contains(&isa))
         {
             assert!(
                 out.status.success() && text.contains(&format!("forced {isa} {t}: ok")),
