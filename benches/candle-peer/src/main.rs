@@ -42,7 +42,11 @@ fn dtype(format: &str) -> Option<GgmlDType> {
         "q4_0" => GgmlDType::Q4_0,
         "q5_0" => GgmlDType::Q5_0,
         "q8_0" => GgmlDType::Q8_0,
-        "q4k" => GgmlDType::Q4K,
+        "q4k" | "q4_k" => GgmlDType::Q4K,
+        "q4_1" => GgmlDType::Q4_1,
+        "q5_1" => GgmlDType::Q5_1,
+        "q5_k" => GgmlDType::Q5K,
+        "q6_k" => GgmlDType::Q6K,
         _ => return None,
     })
 }
@@ -66,6 +70,9 @@ fn kernel(dtype: GgmlDType, k: usize, n: usize) -> String {
         GgmlDType::Q4K if tiles => format!("repack_x86_q4k_tiles_{level}"),
         GgmlDType::Q8_0 if tiles && (vnni || avxvnni) => format!("repack_x86_q8_0_tiles_{level}"),
         GgmlDType::Q5_0 => "vec_dot_q5_0_q8_0_scalar".into(),
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q5K | GgmlDType::Q6K => {
+            format!("candle_{dtype:?}_not_restated")
+        }
         _ => {
             let (w, a) = match dtype {
                 GgmlDType::Q4_0 => ("q4_0", "q8_0"),

@@ -37,7 +37,8 @@ pub struct Int8Repack {
     /// (unsigned level, codebook index, or the `i8` bit pattern), in order
     /// along K.
     pub block_levels: fn(&[u8], usize) -> [u8; QK],
-    /// The scale `d` and min `m` of sub-block `s`: its weights are
+    /// The scale `d` and min `m` of sub-block `s` (of 32 values, or of 16
+    /// where `scales_per_block` is 2): its weights are
     /// `d * level_value(level) + m`, both exactly as gguf-py's f32
     /// arithmetic forms them (Q4_K: `d * sc` and `-(dmin * m)`).
     pub sub_scale: fn(&[u8], usize) -> (f32, f32),
@@ -45,6 +46,11 @@ pub struct Int8Repack {
     /// them beside the scales and the kernels add `m * sum(x)` per
     /// sub-block through the activation sums, never per weight.
     pub mins: bool,
+    /// Scales per 32-value sub-block: 1, or 2 where the format scales each
+    /// 16 values (Q6_K); `sub_scale` then indexes 16-value sub-blocks and
+    /// the kernels fold each half of a block on its own. Not with mins (the
+    /// activation sums are per 32 values).
+    pub scales_per_block: usize,
 }
 
 /// The scale of a block that starts with an f16 `d` and has no min

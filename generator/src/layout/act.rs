@@ -226,26 +226,32 @@ pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<
     let fmt = w.dtype.format();
     let repack = fmt.int8.expect("an int8 format");
     let subs = fmt.block / QK;
+    let spb = repack.scales_per_block;
+    let part = QK / spb;
     for j in 0..w.n {
         for b in 0..blocks {
             let block = w.block(j, b / subs);
-            let (d, mn) = stored_scale(repack.sub_scale, block, b % subs);
-            let (dw, mw) = (d.to_f64(), mn.to_f64());
             let levels = block_levels(w.dtype, block, b % subs);
-            for r in 0..m {
-                let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
-                let dot: i64 = levels
-                    .iter()
-                    .zip(xs)
-                    .map(|(&l, &x)| fmt.level_value(l) as i64 * x as i64)
-                    .sum();
-                let sum: i64 = xs.iter().map(|&x| x as i64).sum();
-                // Only where there are mins: 0 * inf would turn an infinite
-                // activation scale's output NaN.
-                let dx = xa.d[r * xb + b] as f64;
-                y[r * w.n + j] += dw * dx * dot as f64;
-                if repack.mins {
-                    y[r * w.n + j] += mw * dx * sum as f64;
+            // Per part of the block with its own scale (32 or 16 values).
+            for h in 0..spb {
+                let (d, mn) = stored_scale(repack.sub_scale, block, (b % subs) * spb + h);
+                let (dw, mw) = (d.to_f64(), mn.to_f64());
+                let range = h * part..(h + 1) * part;
+                for r in 0..m {
+                    let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
+                    let dot: i64 = levels[range.clone()]
+                        .iter()
+                        .zip(&xs[range.clone()])
+                        .map(|(&l, &x)| fmt.level_value(l) as i64 * x as i64)
+                        .sum();
+                    let sum: i64 = xs.iter().map(|&x| x as i64).sum();
+                    // Only where there are mins: 0 * inf would turn an infinite
+                    // activation scale's output NaN.
+                    let dx = xa.d[r * xb + b] as f64;
+                    y[r * w.n + j] += dw * dx * dot as f64;
+                    if repack.mins {
+                        y[r * w.n + j] += mw * dx * sum as f64;
+                    }
                 }
             }
         }

@@ -191,13 +191,15 @@ impl I8Layout {
         self.format.format().int8.is_some_and(|r| r.mins)
     }
 
-    /// f16 entries of the scale stream per column and block: 2 with mins.
+    /// Scales per column and 32-value block (2: one per 16 values).
+    pub fn scales_per_block(&self) -> usize {
+        self.format.format().int8.map_or(1, |r| r.scales_per_block)
+    }
+
+    /// f16 entries of the scale stream per column and block: its scales,
+    /// then its min where the format has mins.
     pub fn scale_entries(&self) -> usize {
-        if self.mins() {
-            2
-        } else {
-            1
-        }
+        self.scales_per_block() + usize::from(self.mins())
     }
 
     /// 32-value blocks along the padded K.
@@ -313,7 +315,8 @@ impl I8Layout {
         // in Q4_0 / Q8_0 byte order right after it are copied a word at a
         // time; every other format goes through its row's level and scale
         // functions.
-        let direct = subs == 1 && !repack.mins && fmt.scale_offsets == [0];
+        let direct =
+            subs == 1 && !repack.mins && repack.scales_per_block == 1 && fmt.scale_offsets == [0];
         let s_n = self.scale_entries();
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
@@ -349,10 +352,17 @@ impl I8Layout {
                                     if direct {
                                         sc[at_sc] = u16::from_le_bytes([block[0], block[1]]);
                                     } else {
-                                        let (d, m) = stored_scale(repack.sub_scale, block, sub);
-                                        sc[at_sc] = d.to_bits();
-                                        if repack.mins {
-                                            sc[at_sc + tw] = m.to_bits();
+                                        let spb = repack.scales_per_block;
+                                        for h in 0..spb {
+                                            let (d, m) = stored_scale(
+                                                repack.sub_scale,
+                                                block,
+                                                sub * spb + h,
+                                            );
+                                            sc[at_sc + h * tw] = d.to_bits();
+                                            if repack.mins {
+                                                sc[at_sc + spb * tw] = m.to_bits();
+                                            }
                                         }
                                     }
                                     if plane || !direct {

@@ -245,6 +245,8 @@ impl I8Isa {
                 "table lookup"
             } else if spec.mins() {
                 "min term"
+            } else if spec.scales_per_block() > 1 {
+                "half-block fold"
             } else if spec.bits() == 5 {
                 "5-bit unpack"
             } else {

@@ -43,6 +43,24 @@ impl Serialize for I8Spec {
 impl I8Spec {
     /// The int8 kernel for `format`, or why there is none.
     pub fn for_format(op: Op, format: &'static Format) -> Result<I8Spec, SpecError> {
+        if format
+            .int8
+            .is_some_and(|r| r.mins && r.scales_per_block > 1)
+        {
+            return Err(SpecError(format!(
+                "{} has a min per 16 values: the int8 family's activation sums are per 32",
+                format.name
+            )));
+        }
+        if format
+            .int8
+            .is_some_and(|r| r.scales_per_block > 1 && r.layout_bits != 8)
+        {
+            return Err(SpecError(format!(
+                "{} has a scale per 16 values: the int8 family folds half blocks on 8-bit layouts only",
+                format.name
+            )));
+        }
         if format.int8.is_none() {
             return Err(SpecError(format!(
                 "{} has no int8-activation kernels (int8 formats: {})",
@@ -78,6 +96,12 @@ impl I8Spec {
     /// the scales, added as `m * d_x * sum(q_x)` per block.
     pub fn mins(&self) -> bool {
         self.format.int8.is_some_and(|r| r.mins)
+    }
+
+    /// Scales per 32-value block: 1, or 2 for formats with a scale per 16
+    /// values (Q6_K), whose kernels fold each half of a block on its own.
+    pub fn scales_per_block(&self) -> usize {
+        self.format.int8.map_or(1, |r| r.scales_per_block)
     }
 
     /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.

@@ -32,6 +32,7 @@ pub const IQ4_NL: Format = Format {
         block_levels: nibbles,
         sub_scale: leading_f16_scale,
         mins: false,
+        scales_per_block: 1,
     }),
 };
 

@@ -83,8 +83,8 @@ impl GgmlMatrix {
         // f16, so those are checked too.
         let derived = fmt
             .int8
-            .filter(|r| r.mins || fmt.block > QK)
-            .map(|r| r.sub_scale);
+            .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1)
+            .map(|r| (r.sub_scale, r.scales_per_block));
         let per_row = self.blocks_per_row();
         for (b, blk) in self.data.chunks_exact(self.dtype.block_bytes()).enumerate() {
             let bad = |what: &str, v: f32| {
@@ -101,8 +101,8 @@ impl GgmlMatrix {
                     return Err(bad("scale", d));
                 }
             }
-            if let Some(sub_scale) = derived {
-                for s in 0..fmt.block / QK {
+            if let Some((sub_scale, spb)) = derived {
+                for s in 0..fmt.block / QK * spb {
                     let (d, m) = sub_scale(blk, s);
                     for v in [d, m] {
                         if !half::f16::from_f32(v).is_finite() {

@@ -22,6 +22,7 @@ pub const Q4_0: Format = Format {
         block_levels: nibbles,
         sub_scale: leading_f16_scale,
         mins: false,
+        scales_per_block: 1,
     }),
 };
 

@@ -26,6 +26,7 @@ pub const Q4_1: Format = Format {
         block_levels: nibbles,
         sub_scale: scale_min,
         mins: true,
+        scales_per_block: 1,
     }),
 };
 

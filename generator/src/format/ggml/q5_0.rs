@@ -28,6 +28,7 @@ pub const Q5_0: Format = Format {
         block_levels: levels,
         sub_scale: leading_f16_scale,
         mins: false,
+        scales_per_block: 1,
     }),
 };
 

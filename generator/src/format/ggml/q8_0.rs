@@ -21,6 +21,7 @@ pub const Q8_0: Format = Format {
         block_levels: bytes,
         sub_scale: leading_f16_scale,
         mins: false,
+        scales_per_block: 1,
     }),
 };
 

@@ -73,6 +73,8 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         }
     }
     let mut block = TokenStream::new();
+    let scales_per_block = p.spec.scales_per_block();
+    let mut halves: Vec<TokenStream> = Vec::new();
     if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
     } else if p.spec.bits() == 4 {
@@ -134,7 +136,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             block.extend(fence(isa, rows, t_sub));
         }
     } else {
+        // Formats with a scale per 16 values fold each half of the block on
+        // its own: `halves[h]` holds chunks `h * chunks / 2..`.
         for g in 0..chunks {
+            if g == chunks / scales_per_block && g > 0 {
+                halves.push(std::mem::take(&mut block));
+            }
             for t in 0..t_sub {
                 let wv = format_ident!("w_{}", t);
                 let off = lit((g * t_u + t) * chunk);
@@ -154,53 +161,64 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
     // With mins, `+ m * d_x * sum(q_x)` (the tile's mins follow its scales).
-    let mut fold = TokenStream::new();
-    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
-    for t in 0..t_sub {
-        let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
-        let (off, moff) = (lit(t * l), lit(t_u * l + t * l));
-        fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
-        if mins {
-            fold.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
-        }
-    }
-    for r in 0..rows {
-        let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
-        let (sx, sb) = (format_ident!("sx_{}", r), format_ident!("sb_{}", r));
-        let row = lit(r);
-        fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
-        if isa.removes_offset(&p.spec) || mins {
-            fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
-        }
-        if mins {
-            fold.extend(min_factors(signed, &dx, &quote! { #c }, &sx, &sb));
-        }
+    let fold_of = |h: usize| {
+        let mut fold = TokenStream::new();
+        let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         for t in 0..t_sub {
-            let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
-            // 4-bit blocks accumulate in the template's block form (i16 pairs
-            // on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
-            // unsigned levels carry a bias to remove.
-            let sum = match (p.spec.bits(), isa.signed_nibbles) {
-                _ if p.spec.codebook() => quote! { #i },
-                (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
-                (5, _) => quote! { #i },
-                (4, false) if isa.removes_offset(&p.spec) => {
-                    quote! { ops::subi(ops::block_sum(#i), #c) }
-                }
-                (4, false) => quote! { ops::block_sum(#i) },
-                (4, true) => quote! { ops::block_sum(#i) },
-                _ => quote! { #i },
-            };
-            fold.extend(quote! {
-                #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
-            });
+            let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
+            let (off, moff) = (
+                lit(h * t_u * l + t * l),
+                lit(scales_per_block * t_u * l + t * l),
+            );
+            fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
             if mins {
-                let mn = format_ident!("mn_{}", t);
-                fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                fold.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
             }
         }
+        for r in 0..rows {
+            let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
+            let (sx, sb) = (format_ident!("sx_{}", r), format_ident!("sb_{}", r));
+            let row = lit(r);
+            fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
+            if isa.removes_offset(&p.spec) || mins {
+                fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
+            }
+            if mins {
+                fold.extend(min_factors(signed, &dx, &quote! { #c }, &sx, &sb));
+            }
+            for t in 0..t_sub {
+                let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
+                // 4-bit blocks accumulate in the template's block form (i16 pairs
+                // on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
+                // unsigned levels carry a bias to remove.
+                let sum = match (p.spec.bits(), isa.signed_nibbles) {
+                    _ if p.spec.codebook() => quote! { #i },
+                    (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
+                    (5, _) => quote! { #i },
+                    (4, false) if isa.removes_offset(&p.spec) => {
+                        quote! { ops::subi(ops::block_sum(#i), #c) }
+                    }
+                    (4, false) => quote! { ops::block_sum(#i) },
+                    (4, true) => quote! { ops::block_sum(#i) },
+                    _ => quote! { #i },
+                };
+                fold.extend(quote! {
+                    #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
+                });
+                if mins {
+                    let mn = format_ident!("mn_{}", t);
+                    fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                }
+            }
+        }
+        fold
+    };
+    halves.push(block);
+    let mut body = TokenStream::new();
+    for (h, part) in halves.iter().enumerate() {
+        let fold = fold_of(h);
+        body.extend(quote! { #zero #part #fold });
     }
-    let body = quote! { #zero #block #fold };
     micro_fn(p, isa, rows, init, body, store, (32, 1))
 }
 

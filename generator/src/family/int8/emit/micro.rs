@@ -102,15 +102,11 @@ pub(crate) fn micro_fn(
     }
 }
 
-/// f16 entries per column and block in the scale stream: the scale, and
-/// the min where the format has mins (a tile's `TW` scales, then its `TW`
-/// mins).
+/// f16 entries per column and block in the scale stream: the scales (one
+/// per 32 or per 16 values), then the min where the format has mins, each
+/// as `TW` entries of the tile.
 pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
-    if spec.mins() {
-        2
-    } else {
-        1
-    }
+    spec.scales_per_block() + usize::from(spec.mins())
 }
 
 /// The per-row factors of the min term, after `dx` (the row's activation

@@ -109,64 +109,73 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         init.extend(quote! { let mut #f = ops::loadf(y.add(#off)); });
         store.extend(quote! { ops::storef(y.add(#off), #f); });
     }
+    let mut zero = TokenStream::new();
     for t in 0..t_sub {
         let i = iv(t);
-        body.extend(quote! { let mut #i = ops::zero_i(); });
+        zero.extend(quote! { let mut #i = ops::zero_i(); });
     }
-    body.extend(load_fifth_bits(p));
-    for g in 0..chunks {
-        body.extend(load_weights(p, isa, g));
-        if p.spec.bits() != 8 {
-            // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
-            let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
-            body.extend(quote! {
-                let xl = ops::bcast8(xq.add(#ol));
-                let xh = ops::bcast8(xq.add(#oh));
-            });
-            for t in 0..t_sub {
-                let (i, lo, hi) = (iv(t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+    // Formats with a scale per 16 values fold each half of a block.
+    let spb = p.spec.scales_per_block();
+    for h in 0..spb {
+        body.extend(zero.clone());
+        if h == 0 {
+            body.extend(load_fifth_bits(p));
+        }
+        for g in h * chunks / spb..(h + 1) * chunks / spb {
+            body.extend(load_weights(p, isa, g));
+            if p.spec.bits() != 8 {
+                // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
+                let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
                 body.extend(quote! {
-                    #i = ops::sdot(#i, #lo, xl);
-                    #i = ops::sdot(#i, #hi, xh);
+                    let xl = ops::bcast8(xq.add(#ol));
+                    let xh = ops::bcast8(xq.add(#oh));
                 });
-            }
-        } else {
-            let o = lit(gb * g);
-            body.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
-            for t in 0..t_sub {
-                let (i, wv) = (iv(t), format_ident!("w_{}", t));
-                body.extend(quote! { #i = ops::sdot(#i, #wv, x); });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (iv(t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+                    body.extend(quote! {
+                        #i = ops::sdot(#i, #lo, xl);
+                        #i = ops::sdot(#i, #hi, xh);
+                    });
+                }
+            } else {
+                let o = lit(gb * g);
+                body.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
+                for t in 0..t_sub {
+                    let (i, wv) = (iv(t), format_ident!("w_{}", t));
+                    body.extend(quote! { #i = ops::sdot(#i, #wv, x); });
+                }
             }
         }
-    }
-    body.extend(quote! { let dx = ops::splatf(xd); });
-    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
-    let (sx, sb) = (format_ident!("sx"), format_ident!("sb"));
-    if mins {
-        body.extend(min_factors(
-            signed,
-            &format_ident!("dx"),
-            &quote! { ops::splat_pair(xc, xc) },
-            &sx,
-            &sb,
-        ));
-    }
-    for v in 0..t_sub / 2 {
-        let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
-        let (s, off) = (format_ident!("s_{}", v), lit(4 * v));
-        let (mn, moff) = (format_ident!("mn_{}", v), lit(p.tile.t_u * p.lanes + 4 * v));
-        let sum = if isa.removes_offset(&p.spec) {
-            quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
-        } else {
-            quote! { ops::pair_sum(#a, #b) }
-        };
-        body.extend(quote! {
-            let #s = ops::scales(sc.add(#off));
-            #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, dx), #f);
-        });
+        body.extend(quote! { let dx = ops::splatf(xd); });
+        let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
+        let (sx, sb) = (format_ident!("sx"), format_ident!("sb"));
         if mins {
-            body.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
-            body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+            body.extend(min_factors(
+                signed,
+                &format_ident!("dx"),
+                &quote! { ops::splat_pair(xc, xc) },
+                &sx,
+                &sb,
+            ));
+        }
+        let tw = p.tile.t_u * p.lanes;
+        for v in 0..t_sub / 2 {
+            let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
+            let (s, off) = (format_ident!("s_{}", v), lit(h * tw + 4 * v));
+            let (mn, moff) = (format_ident!("mn_{}", v), lit(spb * tw + 4 * v));
+            let sum = if isa.removes_offset(&p.spec) {
+                quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
+            } else {
+                quote! { ops::pair_sum(#a, #b) }
+            };
+            body.extend(quote! {
+                let #s = ops::scales(sc.add(#off));
+                #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, dx), #f);
+            });
+            if mins {
+                body.extend(quote! { let #mn = ops::scales(sc.add(#moff)); });
+                body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+            }
         }
     }
     micro_fn(p, isa, 1, init, body, store, (32, 1))
@@ -183,8 +192,12 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
     let (_, chunks) = geometry(p, isa);
     let fv = |q: usize, t: usize| format_ident!("f_{}_{}", q, t);
     let iv = |q: usize, t: usize| format_ident!("i_{}_{}", q, t);
-    let (mut init, mut store, mut body) =
-        (TokenStream::new(), TokenStream::new(), TokenStream::new());
+    let (mut init, mut store, mut body, mut zero) = (
+        TokenStream::new(),
+        TokenStream::new(),
+        TokenStream::new(),
+        TokenStream::new(),
+    );
     for q in 0..pairs {
         // The odd row of a last, half pair is not in y: it reads as zeros
         // (its activations are zero too) and is never stored.
@@ -212,86 +225,95 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
         }
         for t in 0..t_sub {
             let i = iv(q, t);
-            body.extend(quote! { let mut #i = ops::zero_i(); });
+            zero.extend(quote! { let mut #i = ops::zero_i(); });
         }
     }
-    body.extend(load_fifth_bits(p));
-    for g in 0..chunks {
-        body.extend(load_weights(p, isa, g));
-        for q in 0..pairs {
-            let row = lit(q);
-            if p.spec.bits() != 8 {
-                // 16 activation bytes per 8 values of the pair: values
-                // 16g.. (low nibbles) and 16g + 8.. (high).
-                let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
-                body.extend(quote! {
-                    let xl = ops::loadx(xq.add(#row * ldx + #ol));
-                    let xh = ops::loadx(xq.add(#row * ldx + #oh));
-                });
-                for t in 0..t_sub {
-                    let (i, lo, hi) = (
-                        iv(q, t),
-                        format_ident!("lo_{}", t),
-                        format_ident!("hi_{}", t),
-                    );
+    // Formats with a scale per 16 values fold each half of a block.
+    let spb = p.spec.scales_per_block();
+    let tw = p.tile.t_u * p.lanes;
+    for h in 0..spb {
+        body.extend(zero.clone());
+        if h == 0 {
+            body.extend(load_fifth_bits(p));
+        }
+        for g in h * chunks / spb..(h + 1) * chunks / spb {
+            body.extend(load_weights(p, isa, g));
+            for q in 0..pairs {
+                let row = lit(q);
+                if p.spec.bits() != 8 {
+                    // 16 activation bytes per 8 values of the pair: values
+                    // 16g.. (low nibbles) and 16g + 8.. (high).
+                    let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
                     body.extend(quote! {
-                        #i = ops::mmla(#i, xl, #lo);
-                        #i = ops::mmla(#i, xh, #hi);
+                        let xl = ops::loadx(xq.add(#row * ldx + #ol));
+                        let xh = ops::loadx(xq.add(#row * ldx + #oh));
                     });
-                }
-            } else {
-                let o = lit(16 * g);
-                body.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
-                for t in 0..t_sub {
-                    let (i, wv) = (iv(q, t), format_ident!("w_{}", t));
-                    body.extend(quote! { #i = ops::mmla(#i, x, #wv); });
+                    for t in 0..t_sub {
+                        let (i, lo, hi) = (
+                            iv(q, t),
+                            format_ident!("lo_{}", t),
+                            format_ident!("hi_{}", t),
+                        );
+                        body.extend(quote! {
+                            #i = ops::mmla(#i, xl, #lo);
+                            #i = ops::mmla(#i, xh, #hi);
+                        });
+                    }
+                } else {
+                    let o = lit(16 * g);
+                    body.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
+                    for t in 0..t_sub {
+                        let (i, wv) = (iv(q, t), format_ident!("w_{}", t));
+                        body.extend(quote! { #i = ops::mmla(#i, x, #wv); });
+                    }
                 }
             }
         }
-    }
-    let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
-    for t in 0..t_sub {
-        let (s, off) = (format_ident!("s_{}", t), lit(2 * t));
-        body.extend(quote! { let #s = ops::scales_pair(sc.add(#off)); });
-        if mins {
-            let (mn, moff) = (format_ident!("mn_{}", t), lit(p.tile.t_u * p.lanes + 2 * t));
-            body.extend(quote! { let #mn = ops::scales_pair(sc.add(#moff)); });
-        }
-    }
-    for q in 0..pairs {
-        let (dx, row) = (format_ident!("dx_{}", q), lit(q));
-        body.extend(quote! { let #dx = ops::loadf(xd.add(#row * ldb)); });
-        // The offset correction of rows 2q and 2q + 1 (xc holds one row of
-        // blocks per activation row, ldb / 4 apart): the odd row of a
-        // half pair is never stored, so it reuses the even row's.
-        let bias = isa.removes_offset(&p.spec).then(|| {
-            let (r0, r1) = (
-                lit(2 * q),
-                lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
-            );
-            quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) }
-        });
-        // With mins: the level sums of rows 2q and 2q + 1 as [c0, c0, c1, c1],
-        // the order of the 2x2 tile's rows.
-        let (sx, sb) = (format_ident!("sx_{}", q), format_ident!("sb_{}", q));
-        if mins {
-            let (r0, r1) = (
-                lit(2 * q),
-                lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
-            );
-            let c = quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) };
-            body.extend(min_factors(signed, &dx, &c, &sx, &sb));
-        }
+        let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         for t in 0..t_sub {
-            let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
-            let sum = match &bias {
-                Some(c) => quote! { ops::sub_bias(#i, #c) },
-                None => quote! { #i },
-            };
-            body.extend(quote! { #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f); });
+            let (s, off) = (format_ident!("s_{}", t), lit(h * tw + 2 * t));
+            body.extend(quote! { let #s = ops::scales_pair(sc.add(#off)); });
             if mins {
-                let mn = format_ident!("mn_{}", t);
-                body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                let (mn, moff) = (format_ident!("mn_{}", t), lit(spb * tw + 2 * t));
+                body.extend(quote! { let #mn = ops::scales_pair(sc.add(#moff)); });
+            }
+        }
+        for q in 0..pairs {
+            let (dx, row) = (format_ident!("dx_{}", q), lit(q));
+            body.extend(quote! { let #dx = ops::loadf(xd.add(#row * ldb)); });
+            // The offset correction of rows 2q and 2q + 1 (xc holds one row of
+            // blocks per activation row, ldb / 4 apart): the odd row of a
+            // half pair is never stored, so it reuses the even row's.
+            let bias = isa.removes_offset(&p.spec).then(|| {
+                let (r0, r1) = (
+                    lit(2 * q),
+                    lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
+                );
+                quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) }
+            });
+            // With mins: the level sums of rows 2q and 2q + 1 as [c0, c0, c1, c1],
+            // the order of the 2x2 tile's rows.
+            let (sx, sb) = (format_ident!("sx_{}", q), format_ident!("sb_{}", q));
+            if mins {
+                let (r0, r1) = (
+                    lit(2 * q),
+                    lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
+                );
+                let c =
+                    quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) };
+                body.extend(min_factors(signed, &dx, &c, &sx, &sb));
+            }
+            for t in 0..t_sub {
+                let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
+                let sum = match &bias {
+                    Some(c) => quote! { ops::sub_bias(#i, #c) },
+                    None => quote! { #i },
+                };
+                body.extend(quote! { #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f); });
+                if mins {
+                    let mn = format_ident!("mn_{}", t);
+                    body.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                }
             }
         }
     }

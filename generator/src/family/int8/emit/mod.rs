@@ -301,8 +301,10 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     );
     let m_r = lit(p.tile.m_r);
     // With mins each column and block has a scale and a min.
-    let scale_base = if p.spec.mins() {
-        quote! { base * 2 }
+    let entries = crate::family::int8::emit::micro::scale_entries(&p.spec);
+    let scale_base = if entries > 1 {
+        let e = lit(entries);
+        quote! { base * #e }
     } else {
         quote! { base }
     };
