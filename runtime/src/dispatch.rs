@@ -21,7 +21,6 @@ pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 /// int8 ISAs with integer dot-product instructions (vpdpbusd, sdot, smmla):
 /// where a format has kernels of both families, these make the int8 family
 /// the faster one.
-const DOT_PRODUCT_ISAS: &[&str] = &["avx512vnni", "avxvnni", "i8mm", "sve256", "dotprod"];
 
 /// Where a selection's ISA comes from.
 #[derive(Clone, Debug)]
@@ -42,6 +41,8 @@ pub struct Registry {
     /// The ones this CPU runs, by (format, op), best first.
     table: BTreeMap<(WeightFormat, Op), Vec<KernelEntry>>,
     force: Force,
+    /// The family selections must use ([`Registry::with_family`]).
+    family: Option<Family>,
 }
 
 impl Registry {
@@ -64,6 +65,7 @@ impl Registry {
             compiled,
             table,
             force: Force::Env,
+            family: None,
         }
     }
 
@@ -79,6 +81,17 @@ impl Registry {
     pub fn with_isa(&self, isa: Option<&str>) -> Registry {
         Registry {
             force: Force::Isa(isa.map(str::to_string)),
+            ..self.clone()
+        }
+    }
+
+    /// A copy whose selections use `family` only (`None`: the format's own
+    /// family first). 4-bit GPTQ runs on the int8 family (its Q4_1 kernels)
+    /// only when asked for this way: `Matrix::from_gptq_with(
+    /// &Registry::builtin().with_family(Some(Family::Int8)), &w)`.
+    pub fn with_family(&self, family: Option<Family>) -> Registry {
+        Registry {
+            family,
             ..self.clone()
         }
     }
@@ -133,10 +146,10 @@ impl Registry {
     /// target that reads its layout (the GEMV kernel itself if there is
     /// none): what a [`crate::Matrix`] packs for.
     ///
-    /// - The family: the one that runs the format ([`WeightFormat::families`]).
-    ///   Where two can, the int8 family comes first on CPUs where it has a
-    ///   dot-product ISA (AVX-512 VNNI, AVX-VNNI, i8mm, SVE, dotprod), the f32
-    ///   family first elsewhere.
+    /// - The family: the one that runs the format ([`WeightFormat::families`]),
+    ///   or the one [`Registry::with_family`] asks for. Where two can (4-bit
+    ///   GPTQ: f32, or the int8 family's Q4_1 kernels), the format's own
+    ///   (f32) comes first unless asked otherwise.
     /// - The ISA: the best this CPU runs, or the forced one
     ///   ([`Registry::with_isa`], else `KGEN_FORCE_ISA`). A forced ISA the CPU
     ///   lacks, or the build has no kernel of, is an error naming the format,
@@ -157,24 +170,16 @@ impl Registry {
         }))
     }
 
-    /// `families` in the order selection tries them: the int8 family first
-    /// where its best runnable kernel has a dot-product ISA, else the f32
-    /// family first.
+    /// `families` in the order selection tries them: the one family of
+    /// [`Registry::with_family`] if set, else the format's own family first
+    /// (GPTQ: f32; the int8 family's error is that of int8 activations, so
+    /// it is never picked silently).
     fn family_order(
         &self,
         mut families: Vec<(Family, WeightFormat)>,
     ) -> Vec<(Family, WeightFormat)> {
-        if families.len() > 1 {
-            let int8_dot = families.iter().any(|&(family, kf)| {
-                family == Family::Int8
-                    && self
-                        .table
-                        .get(&(kf, Op::Gemv))
-                        .and_then(|v| v.first())
-                        .is_some_and(|e| DOT_PRODUCT_ISAS.contains(&e.isa))
-            });
-            let first = if int8_dot { Family::Int8 } else { Family::F32 };
-            families.sort_by_key(|&(family, _)| family != first);
+        if let Some(only) = self.family {
+            families.retain(|&(family, _)| family == only);
         }
         families
     }
@@ -417,10 +422,10 @@ mod tests {
         assert!(e.contains("no avx512vnni 4:32 kernel"), "{e}");
     }
 
-    /// Where two families run a format (none does yet), the int8 family
-    /// comes first exactly when its best kernel here has a dot-product ISA.
+    /// Where two families run a format, the format's own comes first, and
+    /// `with_family` keeps only the one asked for.
     #[test]
-    fn int8_first_only_with_a_dot_product_isa() {
+    fn own_family_first_unless_asked() {
         let g = WeightFormat::gptq(4, Group::Size(32)).unwrap();
         let both = vec![(Family::F32, g), (Family::Int8, WeightFormat::Q4_0)];
         let order = |r: &Registry| {
@@ -429,12 +434,12 @@ mod tests {
                 .map(|(f, _)| f)
                 .collect::<Vec<_>>()
         };
-        // Best runnable int8 kernel: avx2 (no dot product).
-        assert_eq!(order(&registry()), [Family::F32, Family::Int8]);
         let dot = Registry::new(vec![
             entry("a_gemv", "avx512vnni", "q4_0", false, yes),
             entry("d_gemv", "avx2", "4:32", false, yes),
         ]);
-        assert_eq!(order(&dot), [Family::Int8, Family::F32]);
+        assert_eq!(order(&dot), [Family::F32, Family::Int8]);
+        assert_eq!(order(&dot.with_family(Some(Family::Int8))), [Family::Int8]);
+        assert_eq!(order(&dot.with_family(Some(Family::F32))), [Family::F32]);
     }
 }

@@ -143,11 +143,19 @@ impl WeightFormat {
     }
 
     /// The families that can run the format, each with the format its
-    /// kernels read. Today every format has exactly one; where a format gets
-    /// two, [`crate::Registry`] prefers the int8 family on CPUs with a
-    /// dot-product ISA (see [`crate::Registry::select`]).
+    /// kernels read. 4-bit GPTQ with groups of a multiple of 32 (or per
+    /// column) runs on both: the f32 family, and the int8 family's Q4_1
+    /// kernels (a scale and a min per 32 values: `s (q - z) = s q - s z`).
+    /// [`crate::Registry`] takes the format's own family first, the other
+    /// when asked ([`crate::Registry::with_family`]).
     pub fn families(self) -> Vec<(Family, WeightFormat)> {
-        vec![(self.family(), self.kernel_format())]
+        let mut out = vec![(self.family(), self.kernel_format())];
+        if let WeightFormat::Gptq { bits: 4, group } = self {
+            if group.size().is_none_or(|g| g % 32 == 0) {
+                out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q4_1)));
+            }
+        }
+        out
     }
 
     /// The family that runs the format (the first of [`WeightFormat::families`]).

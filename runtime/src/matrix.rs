@@ -31,10 +31,9 @@ use std::path::Path;
 /// ([`WeightFormat::families`]): the GGUF formats of the format table and kgen's
 /// symmetric groups run on the int8 family (activations quantized to int8 per
 /// 32-block on each call); GPTQ formats, which have zero points, on the f32
-/// family (the int8 family has no zero-point kernels yet). If a format can
-/// run on both families, the int8 family is preferred on CPUs where it has a
-/// dot-product ISA (AVX-512 VNNI, AVX-VNNI, Arm dotprod / i8mm / SVE) and the
-/// f32 family elsewhere. Within the family, the best ISA this CPU runs, or
+/// family; 4-bit GPTQ with groups of a multiple of 32 also runs on the int8
+/// family's Q4_1 kernels (zero points as mins) when the registry asks for it
+/// ([`Registry::with_family`]). Within the family, the best ISA this CPU runs, or
 /// the one `KGEN_FORCE_ISA` (or [`Registry::with_isa`]) forces: a forced ISA
 /// the CPU or the build lacks is an error. [`Matrix::kernel`] and the
 /// `Display` form say what was picked.
@@ -236,7 +235,16 @@ impl Matrix {
         let (gemv, gemm) = registry.select_pair(format)?;
         let backend = match gemv.family() {
             Family::F32 => Backend::F32(F32Matrix::pack(m, perm, gemv, gemm)?),
-            Family::Int8 => return Err(not_packable(format, &gemv)),
+            Family::Int8 => {
+                m.validate()?;
+                if m.bits != 4 {
+                    return Err(not_packable(format, &gemv));
+                }
+                let blocks = gptq_as_q4_1(m).ok_or_else(|| not_packable(format, &gemv))?;
+                let mut w = Int8Matrix::pack(&blocks, m.k, gemv, gemm)?;
+                w.set_perm(perm)?;
+                Backend::Int8(w)
+            }
         };
         Ok(Matrix { format, backend })
     }
@@ -472,6 +480,44 @@ fn ggml_format(m: &GgmlMatrix) -> Result<WeightFormat, Error> {
              Matrix::from_f32(&m.dequantize(), m.k, m.n, format), e.g. format \"q8_0\" or \"4:128\"",
             m.dtype
         ))
+    })
+}
+
+/// 4-bit GPTQ weights as GGUF Q4_1 blocks (K padded to 32 with zero
+/// levels and zero scale): each 32 values of a column take their group's
+/// scale `s` and min `-s z` (f16, as Q4_1 stores them), and their levels
+/// as they are. `None` if a group does not hold whole 32-blocks.
+fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
+    let gs = m.group_size();
+    if m.group.size().is_some() && gs % 32 != 0 {
+        return None;
+    }
+    let k_pad = m.k.div_ceil(32) * 32;
+    let mut data = Vec::with_capacity(m.n * k_pad / 32 * 20);
+    for j in 0..m.n {
+        for b in 0..k_pad / 32 {
+            let g = (b * 32 / gs).min(m.groups() - 1);
+            let (s, z) = (m.scales[g * m.n + j], m.zeros[g * m.n + j]);
+            let q: [u8; 32] = std::array::from_fn(|t| {
+                let i = b * 32 + t;
+                if i < m.k {
+                    m.q(i, j) as u8
+                } else {
+                    0
+                }
+            });
+            let live = b * 32 < m.k;
+            let (d, mn) = if live { (s, -(s * z)) } else { (0.0, 0.0) };
+            data.extend_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+            data.extend_from_slice(&half::f16::from_f32(mn).to_bits().to_le_bytes());
+            data.extend((0..16).map(|t| q[t] | q[t + 16] << 4));
+        }
+    }
+    Some(GgmlMatrix {
+        k: k_pad,
+        n: m.n,
+        dtype: kgen::format::ggml::GgmlType::Q4_1,
+        data,
     })
 }
 

@@ -194,3 +194,97 @@ fn kgen_force_isa_selects_each_isa() {
         }
     }
 }
+
+/// 4-bit GPTQ on the int8 family (its Q4_1 kernels, zero points as mins),
+/// groups 32 / 64 / 128 / per column, with and without act-order, on every
+/// ISA with Q4_1 kernels: within the int8 activations' rounding of the f64
+/// product, and the f32 family (the default) still picked unless asked.
+#[test]
+fn gptq_4bit_runs_on_the_int8_family() {
+    use kgen::format::gptq::random_gptq;
+    use kgen_runtime::{Family, GptqLayer, Group};
+    if !common::i8_format_built("q4_1") {
+        return;
+    }
+    let reg = Registry::builtin();
+    let int8 = reg.with_family(Some(Family::Int8));
+    let isas = isas(&reg, GgmlType::Q4_1);
+    for (gi, group) in [
+        Group::Size(32),
+        Group::Size(64),
+        Group::Size(128),
+        Group::Column,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (k, n) in [(256usize, 40usize), (330, 17)] {
+            let w = random_gptq(k, n, 4, group, gi as u64 * 7 + k as u64);
+            // The format's own family first, where the build has its kernel.
+            let f32_built = reg
+                .with_family(Some(Family::F32))
+                .select_pair(kgen_runtime::WeightFormat::gptq(4, group).unwrap())
+                .is_ok();
+            let own = if f32_built { Family::F32 } else { Family::Int8 };
+            assert_eq!(Matrix::from_gptq(&w).unwrap().family(), own, "{group:?}");
+            for act_order in [false, true] {
+                let perm: Option<Vec<u32>> = act_order.then(|| {
+                    let mut rng = Rng::new(k as u64);
+                    let mut p: Vec<u32> = (0..k as u32).collect();
+                    for i in (1..k).rev() {
+                        p.swap(i, rng.below(i as u64 + 1) as usize);
+                    }
+                    p
+                });
+                for isa in &isas {
+                    let layer = GptqLayer {
+                        matrix: w.clone(),
+                        perm: perm.clone(),
+                    };
+                    let qm = Matrix::from_gptq_layer_with(&int8.with_isa(Some(isa)), layer)
+                        .unwrap_or_else(|e| panic!("{group:?} {isa}: {e}"));
+                    assert_eq!(qm.family(), Family::Int8);
+                    assert_eq!(qm.gemv_kernel().format, "q4_1");
+                    for m in [1, 3] {
+                        let x = Rng::new(m as u64 + 5).vec_f32(m * k);
+                        // The matrix's rows are in `perm` order: x'[j] = x[perm[j]].
+                        let xp: Vec<f32> = match &perm {
+                            Some(p) => {
+                                let x = &x;
+                                (0..m)
+                                    .flat_map(|r| p.iter().map(move |&i| x[r * k + i as usize]))
+                                    .collect()
+                            }
+                            None => x.clone(),
+                        };
+                        let want = w.reference_gemm(&xp, m);
+                        let mut y = vec![f32::NAN; m * n];
+                        qm.gemm(&x, m, &mut y).unwrap();
+                        for r in 0..m {
+                            for j in 0..n {
+                                let mag: f64 = (0..k)
+                                    .map(|i| {
+                                        let (s, z) = (
+                                            w.scales[(i / w.group_size()) * n + j] as f64,
+                                            w.zeros[(i / w.group_size()) * n + j] as f64,
+                                        );
+                                        (xp[r * k + i] as f64 * s * (w.q(i, j) as f64 - z)).abs()
+                                    })
+                                    .sum();
+                                let (got, exp) = (y[r * n + j] as f64, want[r * n + j]);
+                                assert!(
+                                    (got - exp).abs() <= 0.02 * mag + 1e-6,
+                                    "{group:?} act-order {act_order} {isa} row {r} col {j}: {got} vs {exp}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // 2-bit GPTQ has no int8 kernels: asking for them is an error.
+    let w2 = random_gptq(256, 8, 2, Group::Size(32), 1);
+    assert!(Matrix::from_gptq_with(&int8, &w2).is_err());
+    assert_eq!(Matrix::from_gptq(&w2).unwrap().family(), Family::F32);
+}

@@ -21,6 +21,9 @@ pub(crate) struct Int8Matrix {
     gemm_p: Int8Params,
     /// Activation quantizers compiled for the GEMV's and the GEMM's ISA.
     act: [ActQuantizer; 2],
+    /// Act-order (GPTQ): row `j` of the packed matrix is row `perm[j]` of
+    /// the caller's, so activations are gathered in that order first.
+    perm: Option<Vec<u32>>,
     repack_seconds: f64,
 }
 
@@ -115,6 +118,7 @@ impl Int8Matrix {
             gemv_p,
             gemm_p,
             act: [act::for_kernel(&gemv), act::for_kernel(&gemm)],
+            perm: None,
             repack_seconds,
         })
     }
@@ -149,6 +153,26 @@ impl Int8Matrix {
         self.layout.bytes() + 2 * self.packed.sc.len()
     }
 
+    /// Sets an act-order permutation (see [`Int8Matrix::perm`]).
+    pub(crate) fn set_perm(&mut self, perm: Option<Vec<u32>>) -> Result<(), Error> {
+        if let Some(p) = &perm {
+            let k = self.layout.k;
+            let mut seen = vec![false; k];
+            let ok = p.len() == k
+                && p.iter().all(|&i| {
+                    let i = i as usize;
+                    i < k && !std::mem::replace(&mut seen[i], true)
+                });
+            if !ok {
+                return Err(Error::Shape(format!(
+                    "act-order permutation is not a permutation of 0..{k}"
+                )));
+            }
+        }
+        self.perm = perm;
+        Ok(())
+    }
+
     /// How this matrix's kernel for `m` rows reads its activations.
     pub(crate) fn act_format(&self, m: usize) -> ActFormat {
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
@@ -164,6 +188,16 @@ impl Int8Matrix {
         let l = &self.layout;
         let fmt = self.act_format(m);
         let mut xa = QuantizedActivations::default();
+        let gathered: Vec<f32>;
+        let x = match &self.perm {
+            Some(p) => {
+                gathered = (0..m)
+                    .flat_map(|r| p.iter().map(move |&i| x[r * l.k + i as usize]))
+                    .collect();
+                &gathered[..]
+            }
+            None => x,
+        };
         if m > 0 {
             self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
         }
