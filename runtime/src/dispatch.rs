@@ -18,10 +18,6 @@ use std::sync::OnceLock;
 /// is an error, never an illegal instruction or a silent fallback.
 pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 
-/// int8 ISAs with integer dot-product instructions (vpdpbusd, sdot, smmla):
-/// where a format has kernels of both families, these make the int8 family
-/// the faster one.
-
 /// Where a selection's ISA comes from.
 #[derive(Clone, Debug)]
 enum Force {
