@@ -151,7 +151,7 @@ impl WeightFormat {
     pub fn families(self) -> Vec<(Family, WeightFormat)> {
         let mut out = vec![(self.family(), self.kernel_format())];
         if let WeightFormat::Gptq { bits: 4, group } = self {
-            if group.size().is_none_or(|g| g % 32 == 0) {
+            if group.size().is_none_or(|g| g.is_multiple_of(32)) {
                 out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q4_1)));
             }
         }

@@ -489,7 +489,7 @@ fn ggml_format(m: &GgmlMatrix) -> Result<WeightFormat, Error> {
 /// as they are. `None` if a group does not hold whole 32-blocks.
 fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
     let gs = m.group_size();
-    if m.group.size().is_some() && gs % 32 != 0 {
+    if m.group.size().is_some() && !gs.is_multiple_of(32) {
         return None;
     }
     let k_pad = m.k.div_ceil(32) * 32;
