@@ -208,7 +208,7 @@ fn gptq_4bit_runs_on_the_int8_family() {
     }
     let reg = Registry::builtin();
     let int8 = reg.with_family(Some(Family::Int8));
-    let isas = isas(&reg, GgmlType::Q4_1);
+    let isas = isas(reg, GgmlType::Q4_1);
     for (gi, group) in [
         Group::Size(32),
         Group::Size(64),
