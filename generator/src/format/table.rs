@@ -14,6 +14,7 @@ use crate::format::ggml::iq4_nl;
 use crate::format::ggml::q4_0;
 use crate::format::ggml::q4_1;
 use crate::format::ggml::q5_0;
+use crate::format::ggml::q5_1;
 use crate::format::ggml::q8_0;
 use crate::format::row::{Format, GgmlType};
 
@@ -26,6 +27,7 @@ pub const FORMATS: &[&Format] = &[
     &q8_0::Q8_0,
     &iq4_nl::IQ4_NL,
     &q4_1::Q4_1,
+    &q5_1::Q5_1,
 ];
 
 impl GgmlType {
@@ -36,6 +38,7 @@ impl GgmlType {
     pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
     pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
     pub const Q4_1: GgmlType = GgmlType(&q4_1::Q4_1);
+    pub const Q5_1: GgmlType = GgmlType(&q5_1::Q5_1);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {

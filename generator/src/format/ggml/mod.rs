@@ -10,6 +10,7 @@ pub mod numpy;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q5_0;
+pub mod q5_1;
 pub mod q8_0;
 
 pub use crate::format::row::{GgmlType, QK};
