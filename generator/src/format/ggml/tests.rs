@@ -26,6 +26,8 @@ fn type_ids_and_sizes() {
     assert_eq!(GgmlType::Q4_0.block_bytes(), 18);
     assert_eq!(GgmlType::Q8_0.block_bytes(), 34);
     assert_eq!(GgmlType::from_id(9), None); // Q8_1
+    assert_eq!(GgmlType::Q4_K.row_bytes(512), Some(288));
+    assert_eq!(GgmlType::Q4_K.row_bytes(32), None);
     assert_eq!(type_name(14), Some("Q6_K"));
     assert_eq!(GgmlType::Q4_0.row_bytes(64), Some(36));
     assert_eq!(GgmlType::Q4_0.row_bytes(48), None);
@@ -49,6 +51,10 @@ fn round_trips_within_half_a_step() {
                     let d = m.scale(j, i / bv).abs();
                     let blk = m.block(j, i / bv);
                     let min = || read_f16(&blk[2..]).abs();
+                    // The K-quants: one step of the super-block's range.
+                    let amax = (0..bv)
+                        .map(|t| w[(i / bv * bv + t) * n + j].abs())
+                        .fold(0f32, f32::max);
                     let tol = match dtype.tag() {
                         "f32" => 0.0,
                         "f16" => v.abs() / 1024.0,
@@ -69,6 +75,16 @@ fn round_trips_within_half_a_step() {
                         // f16 rounding (over 15 / 31 steps for d).
                         "q4_1" => d * (0.5 + 15.0 / 2048.0) + min() / 2048.0,
                         "q5_1" => d * (0.5 + 31.0 / 2048.0) + min() / 2048.0,
+                        // The fitted scales and mins may clip the ends of a
+                        // sub-block by about a step, and their 4- / 6- /
+                        // 8-bit rounding adds some: 1.5 steps of the range
+                        // (2 amax with a min, amax for the signed Q3_K /
+                        // Q6_K, whose largest magnitude maps to -4 / -32).
+                        "q2_k" => 1.5 * 2.0 * amax / 3.0,
+                        "q3_k" => 1.5 * amax / 4.0,
+                        "q4_k" => 1.5 * 2.0 * amax / 15.0,
+                        "q5_k" => 1.5 * 2.0 * amax / 31.0,
+                        "q6_k" => 1.5 * amax / 32.0,
                         other => panic!("no tolerance for {other}"),
                     };
                     assert!(
