@@ -293,7 +293,7 @@ mod tests {
     fn bad_names_say_what_is_wrong() {
         for (name, says) in [
             ("iq4_xs", "unknown weight format `iq4_xs`"),
-            ("q4_k", "q4_0"),
+            ("q8_k", "q4_0"),
             ("5:32", "5 weight bits"),
             ("4:48", "48"),
             ("q4_0:96", "symmetric group 96"),

@@ -402,7 +402,7 @@ fn shape_errors_in_both_families() {
 fn unsupported_formats_are_errors_naming_the_format() {
     let w = vec![0.5f32; 64 * 4];
     for (name, says) in [
-        ("q4_k", "q4_k"),
+        ("q8_k", "q8_k"),
         ("q4_0:96", "q4_0:96"),
         ("7:32", "7 weight bits"),
         ("3:16", "3-bit with group 16"),

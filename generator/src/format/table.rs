@@ -11,9 +11,15 @@
 // re-exports this table's items.
 use crate::format::ggml::float;
 use crate::format::ggml::iq4_nl;
+use crate::format::ggml::q2_k;
+use crate::format::ggml::q3_k;
 use crate::format::ggml::q4_0;
 use crate::format::ggml::q4_1;
+use crate::format::ggml::q4_k;
 use crate::format::ggml::q5_0;
+use crate::format::ggml::q5_1;
+use crate::format::ggml::q5_k;
+use crate::format::ggml::q6_k;
 use crate::format::ggml::q8_0;
 use crate::format::row::{Format, GgmlType};
 
@@ -26,6 +32,12 @@ pub const FORMATS: &[&Format] = &[
     &q8_0::Q8_0,
     &iq4_nl::IQ4_NL,
     &q4_1::Q4_1,
+    &q5_1::Q5_1,
+    &q2_k::Q2_K,
+    &q3_k::Q3_K,
+    &q4_k::Q4_K,
+    &q5_k::Q5_K,
+    &q6_k::Q6_K,
 ];
 
 impl GgmlType {
@@ -36,6 +48,12 @@ impl GgmlType {
     pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
     pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
     pub const Q4_1: GgmlType = GgmlType(&q4_1::Q4_1);
+    pub const Q5_1: GgmlType = GgmlType(&q5_1::Q5_1);
+    pub const Q2_K: GgmlType = GgmlType(&q2_k::Q2_K);
+    pub const Q3_K: GgmlType = GgmlType(&q3_k::Q3_K);
+    pub const Q4_K: GgmlType = GgmlType(&q4_k::Q4_K);
+    pub const Q5_K: GgmlType = GgmlType(&q5_k::Q5_K);
+    pub const Q6_K: GgmlType = GgmlType(&q6_k::Q6_K);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {

@@ -4,12 +4,13 @@
 Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
-hold F32 / F16 / Q4_0 / Q5_0 / Q8_0 matrices quantized by gguf.quants.quantize,
-IQ4_NL matrices of raw blocks (gguf-py cannot quantize IQ4_NL: random
-indices and f16 scales, written with raw_dtype and dequantized by gguf-py), plus
-metadata of every value type (strings, string arrays, nested arrays) and
-tensors kgen must refuse (Q4_1, Q6_K, 1-D, 3-D). DIR/small.gguf is a tiny file
-for exhaustive truncation tests.
+hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices quantized by
+gguf.quants.quantize, IQ4_NL and K-quant (Q2_K .. Q6_K) matrices of raw blocks
+(gguf-py cannot quantize those: random levels and f16 scales, written with
+raw_dtype and dequantized by gguf-py), plus metadata of every value type
+(strings, string arrays, nested arrays) and tensors kgen must refuse (Q8_K,
+IQ2_XXS, 1-D, 3-D). DIR/small.gguf is a tiny file for exhaustive truncation
+tests.
 
 For every matrix tensor NAME (numpy shape (N, K), i.e. GGUF dims [K, N]):
   NAME.orig  the f32 weights before quantization, N x K, little-endian
@@ -18,7 +19,8 @@ For every matrix tensor NAME (numpy shape (N, K), i.e. GGUF dims [K, N]):
   NAME.deq   gguf-py's dequantize(q, type), f32 N x K
   NAME.x     an activation vector, f32 K
   NAME.y     numpy's float32 x @ deq.T, f32 N (only for finite weights)
-DIR/manifest.txt lists "file name type K N matmul|nomatmul", one per line.
+DIR/manifest.txt lists "file name type K N matmul|nomatmul [raw]", one per
+line; "raw" marks the raw-block tensors (NAME.q is not gguf-py's quantizer's).
 """
 
 import argparse
@@ -128,7 +130,7 @@ def add(writer, out, fname, name, w, qtype, matmul=True):
 
 
 def add_raw(writer, out, fname, name, blocks, qtype, k, matmul=True):
-    """Adds raw blocks (N rows of K/32 blocks, uint8) of a type gguf-py can
+    """Adds raw blocks (N rows of blocks, uint8) of a type gguf-py can
     dequantize but not quantize, and dumps the files as add() does."""
     n = blocks.shape[0]
     raw = np.ascontiguousarray(blocks.reshape(n, -1), dtype=np.uint8)
@@ -144,7 +146,7 @@ def add_raw(writer, out, fname, name, blocks, qtype, k, matmul=True):
     if matmul:
         with open(base + ".y", "wb") as f:
             f.write(le_f32((x @ deq.T).astype(np.float32)))
-    manifest.append(f"{fname} {name} {qtype.name} {k} {n} {'matmul' if matmul else 'nomatmul'}")
+    manifest.append(f"{fname} {name} {qtype.name} {k} {n} {'matmul' if matmul else 'nomatmul'} raw")
 
 
 def iq4_nl_blocks(n, k, scales=None):
@@ -167,6 +169,53 @@ def iq4_nl_edge_blocks(k):
     b = iq4_nl_blocks(4, k, scales.reshape(4, nb))
     # Row 0: byte j of every block = index j | (15 - j) << 4.
     b[0, :, 2:] = (np.arange(16, dtype=np.uint8) | ((15 - np.arange(16, dtype=np.uint8)) << 4))
+    return b
+
+
+# Byte offsets of each K-quant's f16 super-block scales (d, and dmin where
+# the type has one), and the largest |d| (an f16) whose sub-block scales
+# d * sc stay within f16 (6-bit unsigned scales: 63; Q6_K's i8: 128; Q3_K's:
+# 32; Q2_K's 4-bit: 15).
+KQUANT_SCALES = {
+    T.Q2_K: ([80, 82], 4364.0),
+    T.Q3_K: ([108], 2047.0),
+    T.Q4_K: ([0, 2], 1039.0),
+    T.Q5_K: ([0, 2], 1039.0),
+    T.Q6_K: ([208], 511.75),
+}
+
+
+def kquant_blocks(qtype, n, k, scales=None):
+    """Random K-quant super-blocks: random bytes (levels and sub-block
+    scales) with f16 super-block scales of both signs spanning several orders
+    of magnitude, or the given ones (N x K/256 x number of scales)."""
+    offsets, _ = KQUANT_SCALES[qtype]
+    nb = k // 256
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    b = rng.integers(0, 256, size=(n, nb, size), dtype=np.uint8)
+    if scales is None:
+        scales = rng.standard_normal((n, nb, len(offsets))) * 10.0 ** rng.uniform(-6, -1, size=(n, 1, 1))
+    d = np.asarray(scales, dtype=np.float16).reshape(n, nb, len(offsets)).view(np.uint8)
+    for i, at in enumerate(offsets):
+        b[:, :, at:at + 2] = d[:, :, 2 * i:2 * i + 2]
+    return b
+
+
+def kquant_edge_blocks(qtype, k):
+    """Zero and -0.0 scales, f16 subnormal and tiny scales, the largest
+    scales whose sub-block scales stay finite; row 0 has every level byte 0,
+    row 1 every byte 0xFF."""
+    offsets, top = KQUANT_SCALES[qtype]
+    nb = k // 256
+    special = [0.0, -0.0, 6e-8, -3e-5, top, -top, 1.0, -1e-3]
+    m = len(offsets)
+    scales = np.array([special[(i + i // m) % len(special)] for i in range(4 * nb * m)], dtype=np.float32)
+    b = kquant_blocks(qtype, 4, k, scales.reshape(4, nb, m))
+    keep = np.zeros(b.shape[2], dtype=bool)
+    for at in offsets:
+        keep[at:at + 2] = True
+    b[0, :, ~keep] = 0
+    b[1, :, ~keep] = 0xFF
     return b
 
 
@@ -204,6 +253,8 @@ def model(out):
             add(w, out, fname, f"blk.k{k}.n{n}.q4_0", wt, T.Q4_0)
             add(w, out, fname, f"blk.k{k}.n{n}.q8_0", wt, T.Q8_0)
             add(w, out, fname, f"blk.k{k}.n{n}.q5_0", wt, T.Q5_0)
+            add(w, out, fname, f"blk.k{k}.n{n}.q4_1", wt, T.Q4_1)
+            add(w, out, fname, f"blk.k{k}.n{n}.q5_1", wt, T.Q5_1)
     add(w, out, fname, "f32.k64.n3", random_weights(3, 64), T.F32)
     add(w, out, fname, "f32.k7.n5", random_weights(5, 7), T.F32)
     add(w, out, fname, "f16.k64.n40", random_weights(40, 64), T.F16)
@@ -212,20 +263,37 @@ def model(out):
     add(w, out, fname, "edge.q4_0", e, T.Q4_0)
     add(w, out, fname, "edge.q8_0", e, T.Q8_0)
     add(w, out, fname, "edge.q5_0", e, T.Q5_0)
+    add(w, out, fname, "edge.q4_1", e, T.Q4_1)
+    add(w, out, fname, "edge.q5_1", e, T.Q5_1)
     add(w, out, fname, "edge.f16", e, T.F16)
     for k in (32, 64, 256):
         for n in (1, 3, 40):
             add_raw(w, out, fname, f"blk.k{k}.n{n}.iq4_nl", iq4_nl_blocks(n, k), T.IQ4_NL, k)
     add_raw(w, out, fname, "edge.iq4_nl", iq4_nl_edge_blocks(256), T.IQ4_NL, 256)
+    for qtype in KQUANT_SCALES:
+        tag = qtype.name.lower()
+        for k in (256, 512):
+            for n in (1, 3, 40):
+                add_raw(w, out, fname, f"blk.k{k}.n{n}.{tag}", kquant_blocks(qtype, n, k), qtype, k)
+        add_raw(w, out, fname, f"edge.{tag}", kquant_edge_blocks(qtype, 512), qtype, 512)
     s = special_weights(64)
     add(w, out, fname, "special.q4_0", s, T.Q4_0, matmul=False)
     add(w, out, fname, "special.q8_0", s, T.Q8_0, matmul=False)
     add(w, out, fname, "special.q5_0", s, T.Q5_0, matmul=False)
+    add(w, out, fname, "special.q4_1", s, T.Q4_1, matmul=False)
+    add(w, out, fname, "special.q5_1", s, T.Q5_1, matmul=False)
     sp = np.array([[np.inf, 1.0], [1.0, np.nan], [-np.inf, -np.inf]], dtype=np.float32)
     add_raw(w, out, fname, "special.iq4_nl", iq4_nl_blocks(3, 64, sp), T.IQ4_NL, 64, matmul=False)
+    # One non-finite super-block scale per row (inf, -inf, NaN; d or dmin).
+    for qtype, (offsets, _) in KQUANT_SCALES.items():
+        m = len(offsets)
+        sk = np.ones((3 * m, 2, m), dtype=np.float32) * np.float32(1e-3)
+        for r in range(3 * m):
+            sk[r, r % 2, r // 3] = (np.inf, -np.inf, np.nan)[r % 3]
+        add_raw(w, out, fname, f"special.{qtype.name.lower()}", kquant_blocks(qtype, 3 * m, 512, sk), qtype, 512, matmul=False)
     # Tensors kgen must refuse.
-    w.add_tensor("unsupported.q4_1", gguf.quants.quantize(random_weights(3, 64), T.Q4_1), raw_dtype=T.Q4_1)
-    w.add_tensor("unsupported.q6_k", rng.integers(0, 256, size=(2, 210), dtype=np.uint8), raw_dtype=T.Q6_K)
+    w.add_tensor("unsupported.q8_k", rng.integers(0, 256, size=(3, 292), dtype=np.uint8), raw_dtype=T.Q8_K)
+    w.add_tensor("unsupported.iq2_xxs", rng.integers(0, 256, size=(2, 66), dtype=np.uint8), raw_dtype=T.IQ2_XXS)
     w.add_tensor("norm.weight", rng.standard_normal(64).astype(np.float32))
     w.add_tensor("cube.f32", rng.standard_normal((2, 3, 32)).astype(np.float32))
     w.write_header_to_file()
@@ -243,6 +311,8 @@ def align64(out):
     add(w, out, fname, "a64.q4_0.k64.n3", random_weights(3, 64), T.Q4_0)
     add(w, out, fname, "a64.q8_0.k32.n5", random_weights(5, 32), T.Q8_0)
     add(w, out, fname, "a64.q5_0.k160.n9", random_weights(9, 160), T.Q5_0)
+    add(w, out, fname, "a64.q5_1.k96.n5", random_weights(5, 96), T.Q5_1)
+    add_raw(w, out, fname, "a64.q4_k.k256.n3", kquant_blocks(T.Q4_K, 3, 256), T.Q4_K, 256)
     add_raw(w, out, fname, "a64.iq4_nl.k96.n7", iq4_nl_blocks(7, 96), T.IQ4_NL, 96)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -3,9 +3,10 @@
 //! quantizing with `gguf.quants.quantize`, and dumps the original weights,
 //! gguf-py's encoded bytes and dequantized weights and numpy's `x @ W`.
 //!
-//! gguf-py cannot quantize IQ4_NL: the script writes raw IQ4_NL blocks
-//! (which gguf-py dequantizes), and `tests/data/iq4_nl_from_bytes.py` takes
-//! kgen's own IQ4_NL bytes through gguf-py's writer and dequantizer.
+//! gguf-py cannot quantize IQ4_NL or the K-quants: the script writes raw
+//! blocks of those (which gguf-py dequantizes; `raw` in the manifest), and
+//! `tests/data/from_bytes.py` takes kgen's own encoded bytes through gguf-py's
+//! writer and dequantizer ([`from_bytes`]).
 //!
 //! Needs `python3`; if `gguf` or `numpy` are missing the tests try
 //! `pip install --quiet gguf numpy` once and fail loudly otherwise. Each test
@@ -98,7 +99,9 @@ pub fn read_f32(path: &Path) -> Vec<f32> {
 }
 
 /// A line of the writer's `manifest.txt`: a tensor, the file holding it,
-/// and whether the script also dumped `x` and numpy's `y = x @ deq.T`.
+/// whether the script also dumped `x` and numpy's `y = x @ deq.T`, and
+/// whether it holds raw blocks (a type gguf-py cannot quantize: `NAME.q` is
+/// the blocks themselves, `NAME.orig` their dequantized weights).
 pub struct Entry {
     pub file: String,
     pub name: String,
@@ -106,6 +109,7 @@ pub struct Entry {
     pub k: usize,
     pub n: usize,
     pub matmul: bool,
+    pub raw: bool,
 }
 
 impl Entry {
@@ -134,7 +138,10 @@ pub fn manifest() -> Vec<Entry> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(f.len(), 6, "manifest line {l:?}");
+            assert!(
+                f.len() == 6 || (f.len() == 7 && f[6] == "raw"),
+                "manifest line {l:?}"
+            );
             Entry {
                 file: f[0].to_string(),
                 name: f[1].to_string(),
@@ -144,11 +151,33 @@ pub fn manifest() -> Vec<Entry> {
                 k: f[3].parse().unwrap(),
                 n: f[4].parse().unwrap(),
                 matmul: f[5] == "matmul",
+                raw: f.len() == 7,
             }
         })
         .collect();
     assert!(v.len() >= 30, "manifest has {} entries", v.len());
     v
+}
+
+/// Runs `tests/data/from_bytes.py` on `dir` for `dtype`: `dir/list.txt`
+/// names the tensors ("NAME K N"), `dir/NAME.bin` holds kgen's blocks and
+/// `dir/NAME.x` an activation vector. gguf-py writes them all to
+/// `dir/kgen_<tag>.gguf` (returned) with `NAME.deq` (its dequantized
+/// weights, N x K) and, for finite weights, `NAME.y` (numpy's `x @ deq.T`).
+pub fn from_bytes(dir: &Path, dtype: GgmlType) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/from_bytes.py");
+    let out = Command::new(PYTHON)
+        .arg(&script)
+        .arg(dir)
+        .arg(dtype.name())
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {PYTHON}: {err}"));
+    assert!(
+        out.status.success(),
+        "from_bytes.py {dtype} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join(format!("kgen_{}.gguf", dtype.tag()))
 }
 
 pub fn files() -> HashMap<String, GgufFile> {

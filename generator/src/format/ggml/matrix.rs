@@ -3,9 +3,9 @@
 //!
 //! A GGUF weight tensor has `ne[0] = K` (contiguous, input features) and
 //! `ne[1] = N` (rows, output features). Each row is a run of blocks along K
-//! (F32 / F16: one value each; the quantized formats: 32 values starting
-//! with an f16 scale `d`), as each format's codec file describes and its
-//! row of the table sizes.
+//! (F32 / F16: one value each; the quantized formats: 32 values with f16
+//! scales, or the K-quants' 256-value super-blocks), as each format's codec
+//! file describes and its row of the table sizes.
 //!
 //! Our convention is `y = x W` with `W` K x N, so `W[i][j]` is element `i` of
 //! GGUF row `j`.
@@ -138,11 +138,12 @@ impl GgmlMatrix {
         &self.row(row)[blk * bb..(blk + 1) * bb]
     }
 
-    /// The scale `d` of a quantized block, converted to f32 (1.0 for the float
+    /// The scale `d` of a quantized block (the K-quants: of the super-block,
+    /// wherever the format keeps it), converted to f32 (1.0 for the float
     /// types).
     pub fn scale(&self, row: usize, blk: usize) -> f32 {
         if self.dtype.is_quantized() {
-            read_f16(self.block(row, blk))
+            read_f16(&self.block(row, blk)[self.dtype.format().scale_offsets[0]..])
         } else {
             1.0
         }
@@ -196,8 +197,9 @@ impl GgmlMatrix {
     }
 
     /// Encodes `w` (K x N row-major) as `dtype`, the way gguf-py's
-    /// `gguf.quants.quantize` does (F16: round to nearest even; IQ4_NL, which
-    /// gguf-py cannot quantize: [`GgmlMatrix::quantize_iq4_nl`]).
+    /// `gguf.quants.quantize` does (F16: round to nearest even); the formats
+    /// gguf-py cannot quantize with kgen's own quantizers (IQ4_NL:
+    /// [`GgmlMatrix::quantize_iq4_nl`]; the K-quants: see their codec files).
     ///
     /// Panics if `w.len() != k * n` or `k` is not a whole number of blocks.
     pub fn quantize(w: &[f32], k: usize, n: usize, dtype: GgmlType) -> GgmlMatrix {

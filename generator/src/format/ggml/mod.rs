@@ -5,11 +5,18 @@
 pub mod float;
 pub mod gguf_image;
 pub mod iq4_nl;
+pub mod kquant;
 pub mod matrix;
 pub mod numpy;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
+pub mod q4_k;
 pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
 pub mod q8_0;
 
 pub use crate::format::row::{GgmlType, QK};

@@ -34,8 +34,14 @@ pub const Q5_0: Format = Format {
 
 /// The 32 stored 5-bit levels of a block, in order along K.
 fn levels(block: &[u8], _sub: usize) -> [u8; QK] {
-    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
-    let qs = &block[6..6 + QK / 2];
+    five_bit_levels(&block[2..2 + 4 + QK / 2])
+}
+
+/// 32 5-bit levels from a little-endian u32 of fifth bits (bit `i`: value
+/// `i`) followed by 16 bytes of nibbles in Q4_0's order (Q5_0, Q5_1).
+pub(crate) fn five_bit_levels(qh_qs: &[u8]) -> [u8; QK] {
+    let qh = u32::from_le_bytes([qh_qs[0], qh_qs[1], qh_qs[2], qh_qs[3]]);
+    let qs = &qh_qs[4..4 + QK / 2];
     let mut out = [0u8; QK];
     for i in 0..QK / 2 {
         let fifth = |v: usize| (((qh >> v) & 1) as u8) << 4;
@@ -43,6 +49,19 @@ fn levels(block: &[u8], _sub: usize) -> [u8; QK] {
         out[i + QK / 2] = (qs[i] >> 4) | fifth(i + QK / 2);
     }
     out
+}
+
+/// Appends 32 5-bit levels as [`five_bit_levels`] reads them: the u32 of
+/// fifth bits, then the nibbles (bits above the fifth are dropped).
+pub(crate) fn push_five_bit_levels(q: &[u8], out: &mut Vec<u8>) {
+    let qh = q
+        .iter()
+        .enumerate()
+        .fold(0u32, |h, (i, &l)| h | (u32::from((l >> 4) & 1) << i));
+    out.extend_from_slice(&qh.to_le_bytes());
+    for b in 0..QK / 2 {
+        out.push((q[b] & 0x0F) | (q[b + QK / 2] << 4));
+    }
 }
 
 /// One block, as gguf-py's `Q5_0.dequantize_blocks`: `d * (level - 16)` in f32.
@@ -65,14 +84,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
         .map(|&v| (np_cast_i64((v * id + 16.5).trunc()) as u8).min(31))
         .collect();
     write_f16(out, d);
-    let qh = q
-        .iter()
-        .enumerate()
-        .fold(0u32, |h, (i, &l)| h | (u32::from(l >> 4) << i));
-    out.extend_from_slice(&qh.to_le_bytes());
-    for b in 0..QK / 2 {
-        out.push((q[b] & 0x0F) | (q[b + QK / 2] << 4));
-    }
+    push_five_bit_levels(&q, out);
 }
 
 #[cfg(test)]

@@ -25,7 +25,9 @@ fn type_ids_and_sizes() {
     }
     assert_eq!(GgmlType::Q4_0.block_bytes(), 18);
     assert_eq!(GgmlType::Q8_0.block_bytes(), 34);
-    assert_eq!(GgmlType::from_id(4), None);
+    assert_eq!(GgmlType::from_id(9), None); // Q8_1
+    assert_eq!(GgmlType::Q4_K.row_bytes(512), Some(288));
+    assert_eq!(GgmlType::Q4_K.row_bytes(32), None);
     assert_eq!(type_name(14), Some("Q6_K"));
     assert_eq!(GgmlType::Q4_0.row_bytes(64), Some(36));
     assert_eq!(GgmlType::Q4_0.row_bytes(48), None);
@@ -34,18 +36,25 @@ fn type_ids_and_sizes() {
 
 #[test]
 fn round_trips_within_half_a_step() {
-    for (k, n) in [(32, 1), (64, 3), (256, 7)] {
+    for (k, n) in [(32, 1), (64, 3), (256, 7), (512, 2)] {
         let w = rand_vals(k * n, (k * 31 + n) as u64, 3.0);
-        for dtype in GgmlType::all() {
+        for dtype in GgmlType::all().filter(|t| k % t.block_values() == 0) {
             let m = GgmlMatrix::quantize(&w, k, n, dtype);
             m.validate().unwrap();
             assert_eq!(m.data.len(), m.row_bytes() * n);
             let back = m.dequantize();
+            let bv = dtype.block_values();
             for i in 0..k {
                 for j in 0..n {
                     let (v, b) = (w[i * n + j], back[i * n + j]);
                     assert_eq!(b.to_bits(), m.get(i, j).to_bits());
-                    let d = m.scale(j, i / dtype.block_values()).abs();
+                    let d = m.scale(j, i / bv).abs();
+                    let blk = m.block(j, i / bv);
+                    let min = || read_f16(&blk[2..]).abs();
+                    // The K-quants: one step of the super-block's range.
+                    let amax = (0..bv)
+                        .map(|t| w[(i / bv * bv + t) * n + j].abs())
+                        .fold(0f32, f32::max);
                     let tol = match dtype.tag() {
                         "f32" => 0.0,
                         "f16" => v.abs() / 1024.0,
@@ -62,9 +71,20 @@ fn round_trips_within_half_a_step() {
                         // range; the fitted scale may leave the largest
                         // values up to ~21 d beyond an end.
                         "iq4_nl" => d * 22.0,
-                        // Rounds to nearest from the min: half a step, plus
-                        // the f16 rounding of d (15 steps) and of the min.
-                        "q4_1" => d * (0.5 + 16.0 / 1024.0) + v.abs().max(3.0) / 1024.0,
+                        // Half a step from the f32 d and min, plus their
+                        // f16 rounding (over 15 / 31 steps for d).
+                        "q4_1" => d * (0.5 + 15.0 / 2048.0) + min() / 2048.0,
+                        "q5_1" => d * (0.5 + 31.0 / 2048.0) + min() / 2048.0,
+                        // The fitted scales and mins may clip the ends of a
+                        // sub-block by about a step, and their 4- / 6- /
+                        // 8-bit rounding adds some: 1.5 steps of the range
+                        // (2 amax with a min, amax for the signed Q3_K /
+                        // Q6_K, whose largest magnitude maps to -4 / -32).
+                        "q2_k" => 1.5 * 2.0 * amax / 3.0,
+                        "q3_k" => 1.5 * amax / 4.0,
+                        "q4_k" => 1.5 * 2.0 * amax / 15.0,
+                        "q5_k" => 1.5 * 2.0 * amax / 31.0,
+                        "q6_k" => 1.5 * amax / 32.0,
                         other => panic!("no tolerance for {other}"),
                     };
                     assert!(

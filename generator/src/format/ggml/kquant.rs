@@ -1,0 +1,342 @@
+//! What the K-quants (Q2_K .. Q6_K) share: 256-value super-blocks of
+//! sub-blocks with their own integer scales, the 6-bit scale / min packing
+//! of Q4_K and Q5_K, and kgen's reference fits of a sub-block's scale (and
+//! min).
+//!
+//! gguf-py dequantizes the K-quants but cannot quantize them, so the
+//! quantizers are kgen's own, after the method llama.cpp describes: per
+//! sub-block, a small search over candidate scales (and mins) for the least
+//! weighted error; the sub-block scales then quantized against one f16
+//! super-block scale, and the levels quantized again with the rounded
+//! scales. Everything is in f32 and deterministic; a super-block holding a
+//! non-finite value is encoded with NaN super-block scales (which
+//! `GgmlMatrix::validate` refuses), never a panic.
+
+use crate::format::ggml::numpy::write_f16;
+
+/// Values per super-block.
+pub(crate) const QK_K: usize = 256;
+
+/// Sub-block magnitudes below this are all-zero sub-blocks (ggml's
+/// `GROUP_MAX_EPS`).
+const EPS: f32 = 1e-15;
+
+/// Round to nearest, ties to even (ggml's `nearest_int`), then to an integer
+/// clamped to `lo..=hi`; NaN gives `lo.max(0).min(hi)` (Rust's saturating
+/// cast turns NaN into 0), never a panic.
+pub(crate) fn nearest_clamped(v: f32, lo: i32, hi: i32) -> i32 {
+    (v.round_ties_even() as i32).clamp(lo, hi)
+}
+
+/// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes of Q4_K /
+/// Q5_K (ggml's `get_scale_min_k4`): sub-blocks 0..4 have theirs in the low
+/// 6 bits of bytes `j` and `j + 4`; sub-blocks 4..8 have their low 4 bits
+/// in the nibbles of byte `j + 4` (scale low, min high) and their top 2 bits
+/// in the top 2 bits of bytes `j - 4` (scale) and `j` (min).
+pub(crate) fn scale_min_k4(q: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// The 12 bytes [`scale_min_k4`] reads (scales and mins below 64).
+pub(crate) fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
+    let mut q = [0u8; 12];
+    for j in 0..4 {
+        q[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        q[j + 4] = (m[j] & 63) | ((m[j + 4] >> 4) << 6);
+        q[j + 8] = (sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4);
+    }
+    q
+}
+
+/// If a value is not finite, appends the encoding of a block that cannot
+/// be quantized, `bytes` of zeros with NaN f16s at `nan_at` (the
+/// super-block scales), and returns true.
+pub(crate) fn encode_non_finite(
+    x: &[f32],
+    bytes: usize,
+    nan_at: &[usize],
+    out: &mut Vec<u8>,
+) -> bool {
+    if x.iter().all(|v| v.is_finite()) {
+        return false;
+    }
+    let start = out.len();
+    out.resize(start + bytes, 0);
+    let mut nan = Vec::with_capacity(2);
+    write_f16(&mut nan, f32::NAN);
+    for &at in nan_at {
+        out[start + at..start + at + 2].copy_from_slice(&nan);
+    }
+    true
+}
+
+/// The search of [`fit_scale_min`]: candidate inverse scales
+/// `(nmax + rmin + rdelta * t) / (max - min)` for `t` in `0..=steps`, and
+/// the error it minimizes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Search {
+    pub rmin: f32,
+    pub rdelta: f32,
+    pub steps: u32,
+    /// Weighted absolute error (Q2_K) instead of squared.
+    pub abs_error: bool,
+}
+
+/// Fits `x` by `scale * l - min` with levels `l` in `0..=nmax` and
+/// `min >= 0`, minimizing the `w`-weighted error: the levels from the plain
+/// range `[min(x, 0), max(x)]` first, then for each candidate inverse scale
+/// of `search` the levels it rounds to and the weighted least-squares
+/// `(scale, min)` for them (min clamped to `>= 0`, the scale refitted),
+/// keeping the best. Writes the levels, returns `(scale, min)`.
+pub(crate) fn fit_scale_min(
+    x: &[f32],
+    w: &[f32],
+    nmax: i32,
+    search: Search,
+    levels: &mut [u8],
+) -> (f32, f32) {
+    let lo = x.iter().fold(0f32, |a, &v| a.min(v));
+    let hi = x.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v));
+    if hi <= lo {
+        // Constant non-positive (or empty) sub-block: the min is all of it.
+        levels.fill(0);
+        return (0.0, 0.0 - lo);
+    }
+    let round = |iscale: f32, l: &mut [u8]| {
+        for (q, &v) in l.iter_mut().zip(x) {
+            *q = nearest_clamped(iscale * (v - lo), 0, nmax) as u8;
+        }
+    };
+    let error = |scale: f32, off: f32, l: &[u8]| -> f32 {
+        x.iter()
+            .zip(w)
+            .zip(l)
+            .map(|((&v, &wt), &q)| {
+                let e = scale * q as f32 + off - v;
+                wt * if search.abs_error { e.abs() } else { e * e }
+            })
+            .sum()
+    };
+    let iscale = nmax as f32 / (hi - lo);
+    let (mut scale, mut off) = (1.0 / iscale, lo);
+    round(iscale, levels);
+    let mut best = error(scale, off, levels);
+    let sw: f32 = w.iter().sum();
+    let sx: f32 = x.iter().zip(w).map(|(&v, &wt)| wt * v).sum();
+    let mut trial = vec![0u8; x.len()];
+    for t in 0..=search.steps {
+        let iscale = (search.rmin + search.rdelta * t as f32 + nmax as f32) / (hi - lo);
+        round(iscale, &mut trial);
+        let (mut sl, mut sl2, mut sxl) = (0f32, 0f32, 0f32);
+        for ((&q, &v), &wt) in trial.iter().zip(x).zip(w) {
+            let l = q as f32;
+            sl += wt * l;
+            sl2 += wt * l * l;
+            sxl += wt * l * v;
+        }
+        let det = sw * sl2 - sl * sl;
+        if det > 0.0 {
+            let mut s = (sw * sxl - sx * sl) / det;
+            let mut o = (sl2 * sx - sl * sxl) / det;
+            if o > 0.0 {
+                o = 0.0;
+                s = sxl / sl2;
+            }
+            let e = error(s, o, &trial);
+            if e < best {
+                best = e;
+                (scale, off) = (s, o);
+                levels.copy_from_slice(&trial);
+            }
+        }
+    }
+    // 0 - off: an all-zero fit has min +0.0.
+    (scale, 0.0 - off)
+}
+
+/// Fits `x` by `scale * l` with signed levels `l` in `-nmax..nmax`,
+/// minimizing the error weighted by `x^2`: the first value of largest
+/// magnitude mapped to `-nmax`, and to `-(nmax + t / 10)` for `t` in
+/// `-9..=9`, each with its least-squares scale, keeping the best. Writes
+/// the levels, returns the scale (0 and levels 0 for an all-zero
+/// sub-block).
+pub(crate) fn fit_scale(x: &[f32], nmax: i32, levels: &mut [i8]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            (amax, max) = (v.abs(), v);
+        }
+    }
+    if amax < EPS {
+        levels.fill(0);
+        return 0.0;
+    }
+    // (sum w x l, sum w l^2) of the levels `iscale` rounds to.
+    let sums = |iscale: f32, l: &mut [i8]| -> (f32, f32) {
+        let (mut sxl, mut sl2) = (0f32, 0f32);
+        for (q, &v) in l.iter_mut().zip(x) {
+            let li = nearest_clamped(iscale * v, -nmax, nmax - 1);
+            *q = li as i8;
+            let (lf, wt) = (li as f32, v * v);
+            sxl += wt * v * lf;
+            sl2 += wt * lf * lf;
+        }
+        (sxl, sl2)
+    };
+    let (sxl, sl2) = sums(-(nmax as f32) / max, levels);
+    let mut scale = if sl2 > 0.0 { sxl / sl2 } else { 0.0 };
+    let mut best = scale * sxl;
+    let mut trial = vec![0i8; x.len()];
+    for t in -9..=9 {
+        let (sxl, sl2) = sums(-(nmax as f32 + 0.1 * t as f32) / max, &mut trial);
+        if sl2 > 0.0 && sxl * sxl > best * sl2 {
+            scale = sxl / sl2;
+            best = scale * sxl;
+            levels.copy_from_slice(&trial);
+        }
+    }
+    scale
+}
+
+/// The first value of largest magnitude (0.0 if none is above 0).
+pub(crate) fn signed_max(v: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &s in v {
+        if s.abs() > amax {
+            (amax, max) = (s.abs(), s);
+        }
+    }
+    max
+}
+
+/// Unsigned sub-block scales (or mins) quantized to `0..=top` against
+/// `d = max / top`: returns `d` (f32, before its f16 rounding) and the
+/// integer scales.
+pub(crate) fn quantize_scales<const N: usize>(v: &[f32; N], top: i32) -> (f32, [u8; N]) {
+    let max = v.iter().fold(0f32, |a, &s| if s > a { s } else { a });
+    let inv = if max > 0.0 { top as f32 / max } else { 0.0 };
+    (
+        max / top as f32,
+        v.map(|s| nearest_clamped(inv * s, 0, top) as u8),
+    )
+}
+
+/// Levels `0..=nmax` of `x` for the weight `d * l - m` (`d`, `m` as stored):
+/// the nearest level, clamped; 0 if `d` is 0.
+pub(crate) fn requantize_min(x: &[f32], d: f32, m: f32, nmax: i32, levels: &mut [u8]) {
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = if d == 0.0 {
+            0
+        } else {
+            nearest_clamped((v + m) / d, 0, nmax) as u8
+        };
+    }
+}
+
+/// Signed levels `-nmax..nmax` of `x` for the weight `d * l` (`d` as
+/// stored): the nearest level, clamped; 0 if `d` is 0.
+pub(crate) fn requantize(x: &[f32], d: f32, nmax: i32, levels: &mut [i8]) {
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = if d == 0.0 {
+            0
+        } else {
+            nearest_clamped(v / d, -nmax, nmax - 1) as i8
+        };
+    }
+}
+
+/// Standard normal values (Box-Muller), deterministic: the K-quants'
+/// quality tests.
+#[cfg(test)]
+pub(crate) fn gaussian(rng: &mut crate::format::rng::Rng, len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|_| {
+            let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let v = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            ((-2.0 * (1.0 - u).ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::rng::Rng;
+
+    #[test]
+    fn scale_min_packing_round_trips() {
+        let mut rng = Rng::new(3);
+        for _ in 0..200 {
+            let sc: [u8; 8] = std::array::from_fn(|_| rng.below(64) as u8);
+            let m: [u8; 8] = std::array::from_fn(|_| rng.below(64) as u8);
+            let q = pack_scale_min_k4(&sc, &m);
+            for j in 0..8 {
+                assert_eq!(scale_min_k4(&q, j), (sc[j], m[j]), "sub-block {j}");
+            }
+        }
+        // The layout gguf-py documents: scale 4's top bits are byte 0's
+        // top bits, min 4's are byte 4's; their low bits share byte 8.
+        let mut sc = [0u8; 8];
+        let mut m = [0u8; 8];
+        sc[4] = 0b11_0101;
+        m[4] = 0b10_1010;
+        sc[1] = 63;
+        let q = pack_scale_min_k4(&sc, &m);
+        assert_eq!(q, [0xC0, 63, 0, 0, 0x80, 0, 0, 0, 0xA5, 0, 0, 0]);
+    }
+
+    #[test]
+    fn nearest_is_ties_to_even_and_never_panics() {
+        assert_eq!(nearest_clamped(2.5, 0, 15), 2);
+        assert_eq!(nearest_clamped(3.5, 0, 15), 4);
+        assert_eq!(nearest_clamped(-0.5, -4, 3), 0);
+        assert_eq!(nearest_clamped(99.0, -4, 3), 3);
+        assert_eq!(nearest_clamped(f32::NAN, 0, 15), 0);
+        assert_eq!(nearest_clamped(f32::NAN, 1, 15), 1);
+        assert_eq!(nearest_clamped(f32::INFINITY, -32, 31), 31);
+        assert_eq!(nearest_clamped(f32::NEG_INFINITY, -32, 31), -32);
+    }
+
+    #[test]
+    fn fits_recover_exact_grids() {
+        // x = 0.25 l - 1 for levels cycling 0..=15: the fit finds them.
+        let x: Vec<f32> = (0..32).map(|i| 0.25 * (i % 16) as f32 - 1.0).collect();
+        let w = vec![1f32; 32];
+        let s = Search {
+            rmin: -1.0,
+            rdelta: 0.1,
+            steps: 20,
+            abs_error: false,
+        };
+        let mut l = [0u8; 32];
+        let (scale, min) = fit_scale_min(&x, &w, 15, s, &mut l);
+        assert_eq!((scale, min), (0.25, 1.0));
+        for (i, &q) in l.iter().enumerate() {
+            assert_eq!(q as usize, i % 16);
+        }
+        // Non-negative values: the min is 0.
+        let x: Vec<f32> = (0..32).map(|i| 0.5 * (i % 16) as f32).collect();
+        let (scale, min) = fit_scale_min(&x, &w, 15, s, &mut l);
+        assert_eq!((scale, min), (0.5, 0.0));
+        // Constant negative: all min.
+        let (scale, min) = fit_scale_min(&[-2.0; 32], &w, 15, s, &mut l);
+        assert_eq!((scale, min, l), (0.0, 2.0, [0; 32]));
+        // Signed: 0.5 l for l in -32..32.
+        let x: Vec<f32> = (0..16).map(|i| 0.5 * (i * 4 % 64) as f32 - 16.0).collect();
+        let mut l = [0i8; 16];
+        let scale = fit_scale(&x, 32, &mut l);
+        assert_eq!(scale, 0.5);
+        for i in 0..16 {
+            assert_eq!(scale * l[i] as f32, x[i]);
+        }
+        assert_eq!(fit_scale(&[0.0; 16], 32, &mut l), 0.0);
+        assert_eq!(l, [0; 16]);
+    }
+}

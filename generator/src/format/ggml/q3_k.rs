@@ -1,0 +1,221 @@
+//! GGUF Q3_K (type 11): super-blocks of 256 values in 16 sub-blocks of 16,
+//! 110 bytes: 32 bytes `hmask`, 64 bytes `qs` of 2-bit pairs, 12 bytes of
+//! 6-bit sub-block scales and, last, an f16 `d`. Value `f` has its low 2
+//! bits at bits `2 ((f % 128) / 32)` of `qs[32 (f / 128) + f % 32]` and its
+//! third bit at bit `f / 32` of `hmask[f % 32]`; the stored level `q`
+//! (0..8) is `low | third << 2` and the weight `(d * (sc - 32)) * (q - 4)`,
+//! the product `d * (sc - 32)` rounded to f32 first. (ggml reads a clear
+//! third bit as "subtract 4": the same thing.) Scale `j` has its low 4 bits
+//! in nibble `j / 8` of byte `j % 8` and its top 2 bits at bits
+//! `2 (j / 4)` of byte `8 + j % 4`.
+//!
+//! The int8 family does not run it yet (its sub-blocks are 16 values).
+
+use crate::format::ggml::kquant::{
+    encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
+};
+use crate::format::ggml::numpy::{read_f16, write_f16};
+use crate::format::row::{Format, Levels};
+
+pub const Q3_K: Format = Format {
+    tag: "q3_k",
+    name: "Q3_K",
+    gguf_type: 11,
+    block: QK_K,
+    super_block: QK_K,
+    block_bytes: D + 2,
+    bits: 3,
+    scale_offsets: &[D],
+    levels: Levels::Offset(4),
+    dequantize,
+    quantize,
+    int8: None,
+};
+
+/// Values per sub-block.
+const SUB: usize = 16;
+/// Where `qs`, the scales and `d` start.
+const QS: usize = QK_K / 8;
+const SC: usize = QS + QK_K / 4;
+const D: usize = SC + 12;
+
+/// The 256 stored levels (0..8), in order along K.
+fn levels(blk: &[u8]) -> [u8; QK_K] {
+    std::array::from_fn(|f| {
+        let low = (blk[QS + 32 * (f / 128) + f % 32] >> (2 * (f % 128 / 32))) & 3;
+        let third = (blk[f % 32] >> (f / 32)) & 1;
+        low | (third << 2)
+    })
+}
+
+/// The 16 stored 6-bit scales (0..64; the scale is `sc - 32`).
+fn scales(blk: &[u8]) -> [u8; QK_K / SUB] {
+    let s = &blk[SC..D];
+    std::array::from_fn(|j| {
+        ((s[j % 8] >> (4 * (j / 8))) & 0x0F) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)
+    })
+}
+
+/// One super-block, as gguf-py's `Q3_K.dequantize_blocks`:
+/// `(d * (sc - 32)) * (q - 4)` in f32.
+fn dequantize(blk: &[u8], out: &mut [f32]) {
+    let d = read_f16(&blk[D..]);
+    let q = levels(blk);
+    for (s, (o, sc)) in out.chunks_mut(SUB).zip(scales(blk)).enumerate() {
+        let ds = d * (sc as i32 - 32) as f32;
+        for (i, v) in o.iter_mut().enumerate() {
+            *v = ds * (q[SUB * s + i] as i32 - 4) as f32;
+        }
+    }
+}
+
+/// One super-block (kgen's quantizer, after llama.cpp's
+/// `quantize_row_q3_K`): per sub-block of 16 the signed scale of
+/// [`fit_scale`] for levels -4..4; the scales quantized to -32..32 against
+/// `d`, which maps the largest in magnitude to -32; the levels rounded
+/// again for the stored `d * sc`. An all-zero super-block has `d = 0`,
+/// scales 0 (stored 32) and levels 4.
+fn quantize(x: &[f32], out: &mut Vec<u8>) {
+    if encode_non_finite(x, Q3_K.block_bytes, &[D], out) {
+        return;
+    }
+    let mut l = [0i8; QK_K];
+    let fitted: [f32; QK_K / SUB] = std::array::from_fn(|s| {
+        fit_scale(
+            &x[SUB * s..SUB * (s + 1)],
+            4,
+            &mut l[SUB * s..SUB * (s + 1)],
+        )
+    });
+    let max = signed_max(&fitted);
+    let (d, sc) = if max.abs() < 1e-15 {
+        (0.0, [0i32; QK_K / SUB])
+    } else {
+        let iscale = -32.0 / max;
+        (
+            1.0 / iscale,
+            fitted.map(|s| nearest_clamped(iscale * s, -32, 31)),
+        )
+    };
+    let mut dbytes = Vec::new();
+    write_f16(&mut dbytes, d);
+    let d16 = read_f16(&dbytes);
+    for s in 0..QK_K / SUB {
+        let ds = d16 * sc[s] as f32;
+        requantize(
+            &x[SUB * s..SUB * (s + 1)],
+            ds,
+            4,
+            &mut l[SUB * s..SUB * (s + 1)],
+        );
+    }
+    let start = out.len();
+    out.resize(start + Q3_K.block_bytes, 0);
+    let blk = &mut out[start..];
+    for (f, &v) in l.iter().enumerate() {
+        let q = (v as i32 + 4) as u8;
+        blk[QS + 32 * (f / 128) + f % 32] |= (q & 3) << (2 * (f % 128 / 32));
+        blk[f % 32] |= (q >> 2) << (f / 32);
+    }
+    for (j, &s) in sc.iter().enumerate() {
+        let s = (s + 32) as u8;
+        blk[SC + j % 8] |= (s & 0x0F) << (4 * (j / 8));
+        blk[SC + 8 + j % 4] |= (s >> 4) << (2 * (j / 4));
+    }
+    blk[D..].copy_from_slice(&dbytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ggml::kquant::gaussian;
+    use crate::format::ggml::GgmlType;
+    use crate::format::rng::Rng;
+    use half::f16;
+
+    #[test]
+    fn row_and_bit_order() {
+        assert_eq!(GgmlType::from_id(11), Some(GgmlType::Q3_K));
+        assert_eq!(GgmlType::Q3_K.block_bytes(), 110);
+        assert_eq!(Q3_K.scale_offsets, [108]);
+        assert_eq!(Q3_K.level_value(0), -4);
+        let lv: [u8; QK_K] = std::array::from_fn(|f| (f * 5 % 8) as u8);
+        let sc: [u8; 16] = std::array::from_fn(|j| (j * 23 % 64) as u8);
+        let mut b = vec![0u8; 110];
+        for f in 0..QK_K {
+            b[32 + 32 * (f / 128) + f % 32] |= (lv[f] & 3) << (2 * (f % 128 / 32));
+            b[f % 32] |= (lv[f] >> 2) << (f / 32);
+        }
+        for j in 0..16 {
+            b[96 + j % 8] |= (sc[j] & 15) << (4 * (j / 8));
+            b[96 + 8 + j % 4] |= (sc[j] >> 4) << (2 * (j / 4));
+        }
+        b[108..].copy_from_slice(&f16::from_f32(-0.75).to_bits().to_le_bytes());
+        assert_eq!(levels(&b), lv);
+        assert_eq!(scales(&b), sc);
+        // gguf-py's documented scale packing: byte 8 is MMIIEEAA (scales
+        // 0, 4, 8, 12 top bits from the bottom).
+        let top = |j: usize| (sc[j] >> 4) as u32;
+        assert_eq!(
+            b[104] as u32,
+            top(0) | top(4) << 2 | top(8) << 4 | top(12) << 6
+        );
+        let mut w = [0f32; QK_K];
+        dequantize(&b, &mut w);
+        for f in 0..QK_K {
+            let want = (-0.75 * (sc[f / 16] as i32 - 32) as f32) * (lv[f] as i32 - 4) as f32;
+            assert_eq!(w[f].to_bits(), want.to_bits(), "value {f}");
+        }
+    }
+
+    #[test]
+    fn quantizer_error_and_edges() {
+        let x = gaussian(&mut Rng::new(7), 4096);
+        let mut out = Vec::new();
+        for b in x.chunks(QK_K) {
+            quantize(b, &mut out);
+        }
+        let mut w = vec![0f32; 4096];
+        for (o, b) in w.chunks_mut(QK_K).zip(out.chunks(110)) {
+            dequantize(b, o);
+        }
+        let (se, sx) = x.iter().zip(&w).fold((0f64, 0f64), |(e, s), (&a, &b)| {
+            (e + ((a - b) as f64).powi(2), s + (a as f64).powi(2))
+        });
+        let rel = (se / sx).sqrt();
+        // llama.cpp's quantizer gets 0.150 on 4096 such values: within 10%.
+        assert!(rel < 0.165, "relative RMS error {rel}");
+        // Values on a grid come back exactly: 0.5 * l for l in -4..4, -2
+        // first in every sub-block (the scale maps it to -4).
+        let x: Vec<f32> = (0..QK_K)
+            .map(|f| 0.5 * ((f * 3 % 8 * usize::from(f % 16 != 0)) as f32 - 4.0))
+            .collect();
+        let mut out = Vec::new();
+        quantize(&x, &mut out);
+        dequantize(&out, &mut w[..QK_K]);
+        assert_eq!(&w[..QK_K], &x[..]);
+        // All zero: d = 0, levels 4, values +0.
+        let mut out = Vec::new();
+        quantize(&[0.0; QK_K], &mut out);
+        assert_eq!(read_f16(&out[D..]), 0.0);
+        assert_eq!(levels(&out), [4; QK_K]);
+        assert_eq!(scales(&out), [32; 16]);
+        dequantize(&out, &mut w[..QK_K]);
+        assert!(w[..QK_K].iter().all(|v| v.to_bits() == 0));
+        // Non-finite: NaN d, everything else 0; huge and tiny never panic.
+        let mut x = [1f32; QK_K];
+        x[7] = f32::NAN;
+        let mut out = Vec::new();
+        quantize(&x, &mut out);
+        assert!(read_f16(&out[D..]).is_nan() && out[..D].iter().all(|&b| b == 0));
+        for scale in [3e38f32, 1e-44] {
+            let x: Vec<f32> = gaussian(&mut Rng::new(2), QK_K)
+                .iter()
+                .map(|v| v * scale)
+                .collect();
+            let mut out = Vec::new();
+            quantize(&x, &mut out);
+            assert_eq!(out.len(), 110);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Round trip of kgen's own encoded blocks through llama.cpp's gguf-py, for
+the formats gguf-py can dequantize but not quantize (IQ4_NL, the K-quants):
+runtime/tests/gguf_kernels.rs and runtime/tests/gguf_kgen_bytes.rs.
+
+Usage: from_bytes.py DIR TYPE
+
+TYPE is a ggml type name (IQ4_NL, Q4_K, ...). DIR/list.txt has lines
+"NAME K N"; DIR/NAME.bin holds N rows of kgen's TYPE blocks and DIR/NAME.x an
+f32 activation vector of K. Writes every tensor with gguf.GGUFWriter
+(raw_dtype TYPE) to DIR/kgen_<type>.gguf (type in lower case), and for each
+NAME DIR/NAME.deq (gguf-py's dequantize, f32 N x K) and DIR/NAME.y (numpy's
+float32 x @ deq.T, N values; only when the weights are finite).
+"""
+
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T
+
+
+def main():
+    d, qtype = sys.argv[1], T[sys.argv[2]]
+    w = gguf.GGUFWriter(os.path.join(d, f"kgen_{qtype.name.lower()}.gguf"), "kgentest")
+    with open(os.path.join(d, "list.txt")) as f:
+        entries = [l.split() for l in f if l.strip()]
+    for name, k, n in entries:
+        k, n = int(k), int(n)
+        raw = np.fromfile(os.path.join(d, name + ".bin"), dtype=np.uint8).reshape(n, -1)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        with np.errstate(all="ignore"):
+            deq = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+        assert deq.shape == (n, k), (deq.shape, n, k)
+        deq.astype("<f4").tofile(os.path.join(d, name + ".deq"))
+        if np.isfinite(deq).all():
+            x = np.fromfile(os.path.join(d, name + ".x"), dtype="<f4")
+            with np.errstate(all="ignore"):
+                (x @ deq.T).astype("<f4").tofile(os.path.join(d, name + ".y"))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
