@@ -127,7 +127,12 @@ impl KernelEntry {
         let f: WeightFormat = self.format.parse().map_err(|e: Error| {
             Error::NoKernel(format!("kernel {}: {}", self.name, e.message()))
         })?;
-        if f.family() != self.family() || f.bits() != self.bits {
+        // A GGUF format's kernels read its int8 layout's bits (Q6_K: 8).
+        let bits = match f {
+            WeightFormat::Ggml(t) => t.format().int8.map_or(f.bits(), |r| r.layout_bits),
+            _ => f.bits(),
+        };
+        if f.family() != self.family() || bits != self.bits {
             return Err(Error::NoKernel(format!(
                 "kernel {} is an {} kernel of {} bits, but says it reads {f}",
                 self.name,

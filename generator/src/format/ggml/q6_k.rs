@@ -7,13 +7,15 @@
 //! `(d * sc) * (q - 32)`, `d * sc` rounded to f32 first, with the scale of
 //! sub-block `f / 16`.
 //!
-//! The int8 family does not run it yet (its sub-blocks are 16 values).
+//! The int8 family runs it on the 8-bit layout with the levels stored signed
+//! (`q - 32`) and two scales per 32 values (`d * sc` of each 16, rounded to
+//! f16), folding each half of a block on its own.
 
 use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Levels};
+use crate::format::row::{Format, Int8Repack, Levels, QK};
 
 pub const Q6_K: Format = Format {
     tag: "q6_k",
@@ -24,11 +26,35 @@ pub const Q6_K: Format = Format {
     block_bytes: D + 2,
     bits: 6,
     scale_offsets: &[D],
-    levels: Levels::Offset(32),
+    // As the int8 family stores them: `q - 32` as i8 (the file's unsigned
+    // levels and their offset are the codec's business).
+    levels: Levels::Signed,
     dequantize,
     quantize,
-    int8: None,
+    int8: Some(Int8Repack {
+        layout_bits: 8,
+        block_levels: signed_levels,
+        sub_scale: sub16_scale,
+        mins: false,
+        scales_per_block: 2,
+    }),
 };
+
+/// The levels of 32-value sub-block `s` as `q - 32`, `i8` bit patterns.
+fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
+    std::array::from_fn(|i| {
+        let f = QK * s + i;
+        let (h, r) = (f / 128, f % 128);
+        let lo = (blk[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
+        let hi = (blk[QH + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
+        ((lo | (hi << 4)) as i8 - 32) as u8
+    })
+}
+
+/// The scale of 16-value sub-block `s`: `d * sc` in f32, as gguf-py forms it.
+fn sub16_scale(blk: &[u8], s: usize) -> (f32, f32) {
+    (read_f16(&blk[D..]) * blk[SC + s] as i8 as f32, 0.0)
+}
 
 /// Values per sub-block.
 const SUB: usize = 16;
@@ -127,7 +153,9 @@ mod tests {
         assert_eq!(GgmlType::from_id(14), Some(GgmlType::Q6_K));
         assert_eq!(GgmlType::Q6_K.block_bytes(), 210);
         assert_eq!(Q6_K.scale_offsets, [208]);
-        assert_eq!(Q6_K.level_value(0), -32);
+        // The int8 family stores q - 32 as i8.
+        assert_eq!(Q6_K.level_value(-32i8 as u8), -32);
+        assert_eq!(Q6_K.level_value(31), 31);
         // Level of value f: f * 5 % 64; scales -8 + s, d = 0.5.
         let lv: [u8; QK_K] = std::array::from_fn(|f| (f * 5 % 64) as u8);
         let mut b = vec![0u8; 210];
@@ -141,6 +169,19 @@ mod tests {
         }
         b[208..].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
         assert_eq!(levels(&b), lv);
+        // The int8 row: each 32 values' signed levels and each 16's scale
+        // give the dequantized weights bit for bit.
+        let mut w = [0f32; QK_K];
+        dequantize(&b, &mut w);
+        for s in 0..8 {
+            let sl = signed_levels(&b, s);
+            for i in 0..QK {
+                let (d, m) = sub16_scale(&b, 2 * s + i / 16);
+                assert_eq!(m, 0.0);
+                let v = d * Q6_K.level_value(sl[i]) as f32;
+                assert_eq!(v.to_bits(), w[QK * s + i].to_bits(), "value {}", QK * s + i);
+            }
+        }
         // Value 200 (half 1, r 72): high nibble of ql[72], bits 4..6 of
         // qh[32 + 8].
         assert_eq!(b[72] >> 4, lv[200] & 15);
