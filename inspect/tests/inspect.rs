@@ -69,12 +69,12 @@ fn a_supported_file_is_ok_with_check_and_json() {
 fn unsupported_types_and_bad_files_fail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kq.gguf");
-    // Q4_K (type 12), which kgen has no kernel for: 512 values, 288 bytes.
-    let bytes = gguf_image_raw(&[("kq", 12, [256, 2], &[0u8; 288])]);
+    // Q2_K (type 10), which kgen has no kernel for: 512 values, 168 bytes.
+    let bytes = gguf_image_raw(&[("kq", 10, [256, 2], &[0u8; 168])]);
     std::fs::write(&path, &bytes).unwrap();
     let (code, out, _) = inspect(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("Q4_K") && out.contains("unsupported"), "{out}");
+    assert!(out.contains("Q2_K") && out.contains("unsupported"), "{out}");
     assert!(out.contains("NOT OK"), "{out}");
 
     std::fs::write(&path, b"GGUF\x03").unwrap();

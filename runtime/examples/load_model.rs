@@ -7,8 +7,11 @@
 //!     cargo run --release -p kgen-runtime --example load_model -- /tmp/big.gguf
 //!
 //! `--write PATH GIB` writes a synthetic Q4_0 file of about GIB GiB first
-//! (4096x11008 matrices of random nibbles, scale 1/64). Linux only for the
-//! memory figures (`/proc/self/status`).
+//! (4096x11008 matrices of random nibbles, scale 1/64); `--write-mix PATH
+//! GIB` a Q4_K_M-like mix of layers (Q4_K attention and gate / up, Q6_K
+//! value and down projections, every third value Q8_0 and every fourth down
+//! Q5_0, F32 norms; random level bytes, f16 scales 1/64). Linux only for
+//! the memory figures (`/proc/self/status`).
 
 use kgen::format::ggml::{gguf_header, GGUF_ALIGN};
 use kgen_runtime::{Model, Pool};
@@ -25,8 +28,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             write_q4_0(path, gib.parse()?)?;
             return Ok(());
         }
+        [flag, path, gib] if flag == "--write-mix" => {
+            write_mix(path, gib.parse()?)?;
+            return Ok(());
+        }
         [path] => path.clone(),
-        _ => return Err("usage: load_model [--write PATH GIB | PATH]".into()),
+        _ => {
+            return Err("usage: load_model [--write PATH GIB | --write-mix PATH GIB | PATH]".into())
+        }
     };
     let size = std::fs::metadata(&path)?.len();
     let before = status("VmRSS:");
@@ -101,5 +110,86 @@ fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
     }
     out.flush()?;
     println!("wrote {path}: {count} Q4_0 matrices {K}x{N}");
+    Ok(())
+}
+
+/// A GGUF v3 file of Q4_K_M-like layers, about `gib` GiB (see the module
+/// documentation); each tensor is written as it is made.
+fn write_mix(path: &str, gib: f64) -> std::io::Result<()> {
+    use kgen::format::ggml::GgmlType;
+    let layer = |i: usize| -> Vec<(String, GgmlType, [usize; 2])> {
+        let t = |name: &str, ty: GgmlType, k: usize, n: usize| {
+            (format!("blk.{i}.{name}.weight"), ty, [k, n])
+        };
+        let v = if i % 3 == 0 {
+            GgmlType::Q8_0
+        } else {
+            GgmlType::Q6_K
+        };
+        let down = if i % 4 == 0 {
+            GgmlType::Q5_0
+        } else {
+            GgmlType::Q6_K
+        };
+        vec![
+            t("attn_norm", GgmlType::F32, K, 1),
+            t("attn_q", GgmlType::Q4_K, K, K),
+            t("attn_k", GgmlType::Q4_K, K, K),
+            t("attn_v", v, K, K),
+            t("attn_output", GgmlType::Q4_K, K, K),
+            t("ffn_norm", GgmlType::F32, K, 1),
+            t("ffn_gate", GgmlType::Q4_K, K, N),
+            t("ffn_up", GgmlType::Q4_K, K, N),
+            t("ffn_down", down, N, K),
+        ]
+    };
+    let bytes = |(_, ty, [k, n]): &(String, GgmlType, [usize; 2])| ty.row_bytes(*k).unwrap() * n;
+    let mut tensors = Vec::new();
+    let mut total = 0usize;
+    let mut i = 0;
+    while total == 0 || (total as f64) < gib * (1u64 << 30) as f64 {
+        for t in layer(i) {
+            total += bytes(&t);
+            tensors.push(t);
+        }
+        i += 1;
+    }
+    let entries: Vec<_> = tensors
+        .iter()
+        .map(|t| (t.0.as_str(), t.1.id(), t.2, bytes(t)))
+        .collect();
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    out.write_all(&gguf_header(&entries))?;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for t in &tensors {
+        let n = bytes(t);
+        let mut data = vec![0u8; n.next_multiple_of(GGUF_ALIGN)];
+        if t.1 == GgmlType::F32 {
+            for v in data[..n].chunks_exact_mut(4) {
+                v.copy_from_slice(&1.0f32.to_le_bytes());
+            }
+        } else {
+            let f = t.1.format();
+            for block in data[..n].chunks_exact_mut(f.block_bytes) {
+                for b in block.iter_mut() {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    *b = (state >> 56) as u8;
+                }
+                for &at in f.scale_offsets {
+                    block[at..at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
+                }
+            }
+        }
+        out.write_all(&data)?;
+    }
+    out.flush()?;
+    println!(
+        "wrote {path}: {} layers, {} tensors, {:.2} GiB of tensor data",
+        i,
+        tensors.len(),
+        total as f64 / (1u64 << 30) as f64
+    );
     Ok(())
 }
