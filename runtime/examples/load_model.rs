@@ -121,12 +121,12 @@ fn write_mix(path: &str, gib: f64) -> std::io::Result<()> {
         let t = |name: &str, ty: GgmlType, k: usize, n: usize| {
             (format!("blk.{i}.{name}.weight"), ty, [k, n])
         };
-        let v = if i % 3 == 0 {
+        let v = if i.is_multiple_of(3) {
             GgmlType::Q8_0
         } else {
             GgmlType::Q6_K
         };
-        let down = if i % 4 == 0 {
+        let down = if i.is_multiple_of(4) {
             GgmlType::Q5_0
         } else {
             GgmlType::Q6_K
