@@ -95,13 +95,18 @@ impl GgmlMatrix {
                     b % per_row
                 ))
             };
+            let mut largest = 0f32;
             for &at in fmt.scale_offsets {
                 let d = read_f16(&blk[at..]);
                 if !d.is_finite() {
                     return Err(bad("scale", d));
                 }
+                largest = largest.max(d.abs());
             }
-            if let Some((sub_scale, spb)) = derived {
+            // Sub-block scales are the block's f16 scales times integers
+            // below 256 in magnitude: only scales above 256 can leave f16's
+            // range (65504), so only those blocks need the full check.
+            if let Some((sub_scale, spb)) = derived.filter(|_| largest > 256.0) {
                 for s in 0..fmt.block / QK * spb {
                     let (d, m) = sub_scale(blk, s);
                     for v in [d, m] {

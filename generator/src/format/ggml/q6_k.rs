@@ -42,13 +42,19 @@ pub const Q6_K: Format = Format {
 
 /// The levels of 32-value sub-block `s` as `q - 32`, `i8` bit patterns.
 fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
-    std::array::from_fn(|i| {
-        let f = QK * s + i;
-        let (h, r) = (f / 128, f % 128);
-        let lo = (blk[64 * h + r % 64] >> (4 * (r / 64))) & 0x0F;
-        let hi = (blk[QH + 32 * h + r % 32] >> (2 * (r / 32))) & 3;
-        ((lo | (hi << 4)) as i8 - 32) as u8
-    })
+    // Sub-block s lies in half h = s / 4 at r = 32 (s % 4) + i: its low
+    // nibbles are nibble r / 64 of ql[64 h + r % 64 ..], its top bits the
+    // pair at 2 (s % 4) of qh[32 h + i]. The same shifts for all 32.
+    let (h, r0) = (s / 4, QK * (s % 4));
+    let ql = &blk[64 * h + r0 % 64..][..QK];
+    let qh = &blk[QH + 32 * h..][..QK];
+    let (ls, hs) = (4 * (r0 / 64), 2 * (s % 4));
+    let mut out = [0u8; QK];
+    for i in 0..QK {
+        let q = ((ql[i] >> ls) & 0x0F) | (((qh[i] >> hs) & 3) << 4);
+        out[i] = q.wrapping_sub(32);
+    }
+    out
 }
 
 /// The scale of 16-value sub-block `s`: `d * sc` in f32, as gguf-py forms it.
