@@ -119,13 +119,17 @@ impl Registry {
         self.compiled.keys().copied().collect()
     }
 
-    /// Kernels this CPU runs for `op` on `format`, best first (both
-    /// families' for a format two can run, in the order of preference).
+    /// Kernels this CPU runs for `op` on `format`, best first, of the first
+    /// family in selection order that has any (see [`Registry::select_pair`]).
     pub fn runnable(&self, format: WeightFormat, op: Op) -> Vec<KernelEntry> {
+        // The first family in selection order that has any: 4-bit GPTQ lists
+        // its f32 kernels, or the int8 family's Q4_1 ones when asked for
+        // (`with_family`) or when the build has no f32 kernel for it.
         self.family_order(format.families())
             .into_iter()
-            .flat_map(|(_, kf)| self.table.get(&(kf, op)).cloned().unwrap_or_default())
-            .collect()
+            .map(|(_, kf)| self.table.get(&(kf, op)).cloned().unwrap_or_default())
+            .find(|v| !v.is_empty())
+            .unwrap_or_default()
     }
 
     /// The kernel a matrix in `format` runs for `op`: the GEMM kernel is the

@@ -30,7 +30,9 @@ fn neon_first_then_portable_for_every_format() {
     assert!(!formats.is_empty());
     for format in formats {
         for op in [Op::Gemv, Op::Gemm] {
-            let runnable = reg.runnable(format, op);
+            // 4-bit GPTQ also runs on the int8 family's Q4_1 kernels, when
+            // asked for: the f32 family's own list here.
+            let runnable = reg.with_family(Some(Family::F32)).runnable(format, op);
             let isas: Vec<&str> = runnable.iter().map(|e| e.isa).collect();
             assert_eq!(isas, ["neon", "portable"], "{format} {op:?}");
             let neon = &runnable[0];
@@ -78,19 +80,20 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
             (false, true) => vec!["dotprod", "portable"],
             _ => vec!["portable"],
         };
-        // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm,
-        // except for IQ4_NL and Q5_0 (no sve256 codebook or 5-bit kernels:
-        // they fall back).
-        if sve_vector_bits() == Some(256) && !matches!(format, "iq4_nl" | "q5_0") {
+        // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm
+        // for Q4_0 and Q8_0 only (no sve256 codebook, 5-bit, min or
+        // half-block kernels: the others fall back).
+        if sve_vector_bits() == Some(256) && matches!(format, "q4_0" | "q8_0") {
             want.insert(usize::from(i8mm), "sve256");
         }
         assert_eq!(isas, want, "{format}");
-        let wf = kgen::format::rng::Rng::new(1).vec_f32(64 * 8);
+        // K = 256: whole super-blocks of the K-quants.
+        let wf = kgen::format::rng::Rng::new(1).vec_f32(256 * 8);
         let w = if matches!(format, "q4_0" | "q8_0") {
-            kgen::format::symmetric::quantize_symmetric(&wf, 64, 8, bits, 32)
+            kgen::format::symmetric::quantize_symmetric(&wf, 256, 8, bits, 32)
         } else {
             let dtype = kgen::format::ggml::GgmlType(kgen::format::by_tag(format).unwrap());
-            kgen::format::ggml::GgmlMatrix::quantize(&wf, 64, 8, dtype)
+            kgen::format::ggml::GgmlMatrix::quantize(&wf, 256, 8, dtype)
         };
         let m = Matrix::from_ggml_with(&reg.with_isa(None), &w).unwrap();
         assert_eq!(m.gemv_kernel().isa, want[0]);

@@ -194,7 +194,10 @@ fn named_target_kernels_match_the_oracle() {
         let gemm = gemm_partner(reg, gemv);
         let entry = runs.entry(gemv.format.to_string()).or_default();
         entry.1.extend([gemv.name, gemm.name]);
+        let bv = kgen::format::by_tag(gemv.format).map_or(32, |f| f.block);
         for (si, &(k, n)) in I8_SHAPES.iter().enumerate() {
+            // K-quants: whole 256-value super-blocks.
+            let k = k.div_ceil(bv) * bv;
             let wf = Rng::new(40 + si as u64).vec_f32(k * n);
             let w = if matches!(gemv.format, "q4_0" | "q8_0") {
                 quantize_symmetric(&wf, k, n, gemv.bits, 32)
