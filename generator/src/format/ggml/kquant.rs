@@ -265,6 +265,63 @@ pub(crate) fn gaussian(rng: &mut crate::format::rng::Rng, len: usize) -> Vec<f32
         .collect()
 }
 
+/// kgen's quantizer on 4096 standard normal values (seed `seed`) through
+/// `fmt`'s codec: the relative RMS error of the round trip, which each
+/// K-quant's tests bound against llama.cpp's own.
+#[cfg(test)]
+pub(crate) fn rms_error(fmt: &crate::format::row::Format, seed: u64) -> f64 {
+    let x = gaussian(&mut crate::format::rng::Rng::new(seed), 4096);
+    let mut out = Vec::new();
+    for b in x.chunks(fmt.block) {
+        (fmt.quantize)(b, &mut out);
+    }
+    assert_eq!(out.len(), 4096 / fmt.block * fmt.block_bytes);
+    let mut w = vec![0f32; 4096];
+    for (o, b) in w.chunks_mut(fmt.block).zip(out.chunks(fmt.block_bytes)) {
+        (fmt.dequantize)(b, o);
+    }
+    let (se, sx) = x.iter().zip(&w).fold((0f64, 0f64), |(e, s), (&a, &b)| {
+        (e + ((a - b) as f64).powi(2), s + (a as f64).powi(2))
+    });
+    (se / sx).sqrt()
+}
+
+/// For Q4_K / Q5_K (`d`, `dmin`, 12 bytes of 6-bit scales and mins first):
+/// on 300 random super-blocks with scales across f16's range, every value
+/// gguf-py dequantizes, `(d * sc) * q - (dmin * m)`, is the codec's and the
+/// int8 row's `scale * level + min`, bit for bit.
+#[cfg(test)]
+pub(crate) fn check_scale_times_level_plus_min(fmt: &crate::format::row::Format, seed: u64) {
+    use crate::format::ggml::numpy::read_f16;
+    use half::f16;
+    let row = fmt.int8.expect("an int8 row");
+    let mut rng = crate::format::rng::Rng::new(seed);
+    for t in 0..300 {
+        let mut b: Vec<u8> = (0..fmt.block_bytes).map(|_| rng.below(256) as u8).collect();
+        let exp = |r: &mut crate::format::rng::Rng| 2f32.powi(r.below(40) as i32 - 24) * r.f32();
+        let (d, dmin) = (exp(&mut rng), exp(&mut rng));
+        b[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
+        b[2..4].copy_from_slice(&f16::from_f32(dmin).to_bits().to_le_bytes());
+        let mut w = [0f32; QK_K];
+        (fmt.dequantize)(&b, &mut w);
+        let (d, dmin) = (read_f16(&b), read_f16(&b[2..]));
+        for s in 0..8 {
+            let (ds, ms) = (row.sub_scale)(&b, s);
+            let (sc, m) = scale_min_k4(&b[4..16], s);
+            for (i, q) in (row.block_levels)(&b, s).into_iter().enumerate() {
+                let gguf_py = (d * sc as f32) * q as f32 - (dmin * m as f32);
+                let v = w[32 * s + i];
+                assert_eq!(
+                    v.to_bits(),
+                    gguf_py.to_bits(),
+                    "block {t} sub {s} value {i}"
+                );
+                assert_eq!((ds * q as f32 + ms).to_bits(), v.to_bits());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
