@@ -320,13 +320,8 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
         println!("forced {isa}: ok");
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    // Under qemu-user without binfmt_misc the binary cannot run itself.
-    let probe = std::process::Command::new(&exe)
-        .args(["--list", "--exact", "q5_0_kgen_force_isa_selects_each_isa"])
-        .output();
-    if !probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
-        eprintln!("this test binary cannot run itself here (emulated?): skipped");
+    const NAME: &str = "q5_0_kgen_force_isa_selects_each_isa";
+    if !common::can_rerun_self(NAME) {
         return;
     }
     let isas: Vec<&str> = Registry::builtin()
@@ -335,20 +330,10 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
         .map(|e| e.isa)
         .collect();
     for isa in isas {
-        let out = std::process::Command::new(&exe)
-            .args([
-                "--exact",
-                "q5_0_kgen_force_isa_selects_each_isa",
-                "--nocapture",
-            ])
-            .env(kgen_runtime::FORCE_ISA_ENV, isa)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let (passed, text, message) = common::rerun_forced(NAME, isa);
         assert!(
-            out.status.success() && text.contains(&format!("forced {isa}: ok")),
-            "KGEN_FORCE_ISA={isa}:\n{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            passed && text.contains(&format!("forced {isa}: ok")),
+            "{message}"
         );
     }
 }

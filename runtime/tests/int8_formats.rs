@@ -162,13 +162,8 @@ fn kgen_force_isa_selects_each_isa() {
         }
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    // Under qemu-user without binfmt_misc the binary cannot run itself.
-    let probe = std::process::Command::new(&exe)
-        .args(["--list", "--exact", "kgen_force_isa_selects_each_isa"])
-        .output();
-    if !probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
-        eprintln!("this test binary cannot run itself here (emulated?): skipped");
+    const NAME: &str = "kgen_force_isa_selects_each_isa";
+    if !common::can_rerun_self(NAME) {
         return;
     }
     let reg = Registry::builtin();
@@ -176,20 +171,14 @@ fn kgen_force_isa_selects_each_isa() {
     all.sort();
     all.dedup();
     for isa in all {
-        let out = std::process::Command::new(&exe)
-            .args(["--exact", "kgen_force_isa_selects_each_isa", "--nocapture"])
-            .env(kgen_runtime::FORCE_ISA_ENV, isa)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
+        let (passed, text, message) = common::rerun_forced(NAME, isa);
         for t in formats()
             .into_iter()
             .filter(|&t| isas(reg, t).contains(&isa))
         {
             assert!(
-                out.status.success() && text.contains(&format!("forced {isa} {t}: ok")),
-                "KGEN_FORCE_ISA={isa} {t}:\n{text}\n{}",
-                String::from_utf8_lossy(&out.stderr)
+                passed && text.contains(&format!("forced {isa} {t}: ok")),
+                "{t}: {message}"
             );
         }
     }

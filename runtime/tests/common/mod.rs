@@ -188,3 +188,34 @@ pub fn write_gptq(path: &std::path::Path, prefix: &str, m: &GptqMatrix, g_idx: O
         std::collections::HashMap::from([("checkpoint_format".to_string(), "gptq_v2".to_string())]);
     std::fs::write(path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
+
+/// Whether this test binary can run its test `name` again in a child
+/// process (not under qemu-user without binfmt_misc); says so when not.
+pub fn can_rerun_self(name: &str) -> bool {
+    let exe = std::env::current_exe().unwrap();
+    let probe = std::process::Command::new(&exe)
+        .args(["--list", "--exact", name])
+        .output();
+    let ok = probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !ok {
+        eprintln!("this test binary cannot run itself here (emulated?): skipped");
+    }
+    ok
+}
+
+/// Runs this binary's test `name` in a child process with
+/// `KGEN_FORCE_ISA=isa`: whether it passed, its stdout, and a message with
+/// both outputs for an assertion.
+pub fn rerun_forced(name: &str, isa: &str) -> (bool, String, String) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(kgen_runtime::FORCE_ISA_ENV, isa)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let message = format!(
+        "KGEN_FORCE_ISA={isa}:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text, message)
+}
