@@ -182,6 +182,24 @@ impl GptqFile {
     }
 }
 
+/// Checks that an act-order `perm` ([`GptqLayer::perm`]) is a permutation
+/// of `0..k`: what both kernel families check before they gather
+/// activations through it.
+pub(crate) fn check_permutation(perm: &[u32], k: usize) -> Result<(), crate::Error> {
+    let mut seen = vec![false; k];
+    let ok = perm.len() == k
+        && perm
+            .iter()
+            .all(|&i| (i as usize) < k && !std::mem::replace(&mut seen[i as usize], true));
+    if ok {
+        Ok(())
+    } else {
+        Err(crate::Error::Format(format!(
+            "act-order permutation is not a permutation of 0..{k}"
+        )))
+    }
+}
+
 /// Names of every layer in the file that has a `{prefix}.qweight` tensor,
 /// sorted.
 pub fn list_layers(path: &Path) -> Result<Vec<String>, LoadError> {

@@ -50,17 +50,7 @@ impl F32Matrix {
             )));
         }
         if let Some(p) = &perm {
-            let mut seen = vec![false; m.k];
-            if p.len() != m.k
-                || !p
-                    .iter()
-                    .all(|&i| (i as usize) < m.k && !std::mem::replace(&mut seen[i as usize], true))
-            {
-                return Err(Error::Format(format!(
-                    "act-order permutation is not a permutation of 0..{}",
-                    m.k
-                )));
-            }
+            crate::gptq_file::check_permutation(p, m.k)?;
         }
         let group = m.group.size().unwrap_or(0);
         let mut params = [None; 2];

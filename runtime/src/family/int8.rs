@@ -156,18 +156,7 @@ impl Int8Matrix {
     /// Sets an act-order permutation (see [`Int8Matrix::perm`]).
     pub(crate) fn set_perm(&mut self, perm: Option<Vec<u32>>) -> Result<(), Error> {
         if let Some(p) = &perm {
-            let k = self.layout.k;
-            let mut seen = vec![false; k];
-            let ok = p.len() == k
-                && p.iter().all(|&i| {
-                    let i = i as usize;
-                    i < k && !std::mem::replace(&mut seen[i], true)
-                });
-            if !ok {
-                return Err(Error::Shape(format!(
-                    "act-order permutation is not a permutation of 0..{k}"
-                )));
-            }
+            crate::gptq_file::check_permutation(p, self.layout.k)?;
         }
         self.perm = perm;
         Ok(())
