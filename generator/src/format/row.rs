@@ -53,6 +53,14 @@ pub struct Int8Repack {
     pub scales_per_block: usize,
 }
 
+impl Int8Repack {
+    /// f16 entries per column and 32-value block in the int8 layout's scale
+    /// stream: its scales, then its min where the format has mins.
+    pub fn scale_entries(&self) -> usize {
+        self.scales_per_block + usize::from(self.mins)
+    }
+}
+
 /// The scale of a block that starts with an f16 `d` and has no min
 /// ([`Int8Repack::sub_scale`] of Q4_0, Q5_0, Q8_0, IQ4_NL).
 pub fn leading_f16_scale(block: &[u8], _sub: usize) -> (f32, f32) {

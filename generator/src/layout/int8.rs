@@ -199,7 +199,7 @@ impl I8Layout {
     /// f16 entries of the scale stream per column and block: its scales,
     /// then its min where the format has mins.
     pub fn scale_entries(&self) -> usize {
-        self.scales_per_block() + usize::from(self.mins())
+        self.format.format().int8.map_or(1, |r| r.scale_entries())
     }
 
     /// 32-value blocks along the padded K.

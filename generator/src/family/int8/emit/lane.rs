@@ -194,12 +194,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() => quote! { #i },
                     (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
-                    (5, _) => quote! { #i },
-                    (4, false) if isa.removes_offset(&p.spec) => {
+                    (4, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(ops::block_sum(#i), #c) }
                     }
-                    (4, false) => quote! { ops::block_sum(#i) },
-                    (4, true) => quote! { ops::block_sum(#i) },
+                    (4, _) => quote! { ops::block_sum(#i) },
                     _ => quote! { #i },
                 };
                 fold.extend(quote! {

@@ -106,7 +106,7 @@ pub(crate) fn micro_fn(
 /// per 32 or per 16 values), then the min where the format has mins, each
 /// as `TW` entries of the tile.
 pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
-    spec.scales_per_block() + usize::from(spec.mins())
+    spec.format.int8.map_or(1, |r| r.scale_entries())
 }
 
 /// The per-row factors of the min term, after `dx` (the row's activation
