@@ -16,7 +16,7 @@
 
 use crate::mapped::Bytes;
 use kgen::format::ggml;
-use kgen::format::ggml::{GgmlMatrix, GgmlType};
+use kgen::format::ggml::{GgmlMatrix, GgmlType, GgmlView};
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -617,8 +617,15 @@ impl GgufFile {
     }
 
     /// A 2-D tensor of a format in kgen's format table (F32, F16, Q4_0, ...) as a matrix: `dims[0]` is K
-    /// (contiguous), `dims[1]` is N.
+    /// (contiguous), `dims[1]` is N. Its bytes are copied out of the file
+    /// ([`GgufFile::matrix_view`] borrows them).
     pub fn matrix(&self, name: &str) -> Result<GgmlMatrix, GgufError> {
+        self.matrix_view(name).map(|m| m.to_owned())
+    }
+
+    /// As [`GgufFile::matrix`], its bytes borrowed from the mapping: the
+    /// repack reads them in place, so a tensor is never resident twice.
+    pub fn matrix_view(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
         let t = self.find(name)?;
         if t.dims.len() != 2 {
             return Err(self.err(
@@ -646,7 +653,7 @@ impl GgufFile {
             usize::try_from(d).map_err(|_| self.err(name, &format!("dimension {d} is too large")))
         };
         let (k, n) = (to_usize(t.dims[0])?, to_usize(t.dims[1])?);
-        let data = self.tensor_bytes(name)?.to_vec();
+        let data = self.tensor_bytes(name)?;
         let m = GgmlMatrix { k, n, dtype, data };
         m.validate()
             .map_err(|e| self.err(name, &format!("is not a valid matrix: {e}")))?;

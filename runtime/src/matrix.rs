@@ -12,7 +12,7 @@ use crate::gguf::GgufFile;
 use crate::gptq_file::{self, GptqLayer, GptqOptions};
 use crate::kernel::KernelEntry;
 use crate::pool::{self, Pool};
-use kgen::format::ggml::GgmlMatrix;
+use kgen::format::ggml::{GgmlMatrix, GgmlView};
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::symmetric::quantize_symmetric;
 use std::fmt;
@@ -66,7 +66,8 @@ impl Matrix {
     /// As [`Matrix::from_ggml`], with the kernels of `registry`.
     pub fn from_ggml_with(registry: &Registry, m: &GgmlMatrix) -> Result<Matrix, Error> {
         let format = ggml_format(m)?;
-        Self::ggml(registry, m, format, m.k)
+        m.validate()?;
+        Self::ggml(registry, &m.view(), format, m.k)
     }
 
     /// A 2-D tensor of a GGUF file (`dims[0]` is K, `dims[1]` N), in any
@@ -93,7 +94,7 @@ impl Matrix {
         tensor: &str,
     ) -> Result<Matrix, Error> {
         let m = file
-            .matrix(tensor)
+            .matrix_view(tensor)
             .map_err(|e| Error::Load(e.to_string()))?;
         let format = ggml_format(&m).map_err(|e| {
             Error::Unsupported(format!(
@@ -202,7 +203,8 @@ impl Matrix {
                 GgmlMatrix::quantize(&wp, k_pad, n, t)
             }
         };
-        Self::ggml(registry, &g, format, k)
+        g.validate()?;
+        Self::ggml(registry, &g.view(), format, k)
     }
 
     /// Packs a GPTQ matrix for an explicit pair of f32-family kernels (same
@@ -226,7 +228,8 @@ impl Matrix {
         gemm: KernelEntry,
     ) -> Result<Matrix, Error> {
         let format = ggml_format(m)?;
-        let backend = Backend::Int8(Int8Matrix::pack(m, m.k, gemv, gemm)?);
+        m.validate()?;
+        let backend = Backend::Int8(Int8Matrix::pack(&m.view(), m.k, gemv, gemm)?);
         Ok(Matrix { format, backend })
     }
 
@@ -241,7 +244,8 @@ impl Matrix {
                     return Err(not_packable(format, &gemv));
                 }
                 let blocks = gptq_as_q4_1(m).ok_or_else(|| not_packable(format, &gemv))?;
-                let mut w = Int8Matrix::pack(&blocks, m.k, gemv, gemm)?;
+                blocks.validate()?;
+                let mut w = Int8Matrix::pack(&blocks.view(), m.k, gemv, gemm)?;
                 w.set_perm(perm)?;
                 Backend::Int8(w)
             }
@@ -249,10 +253,11 @@ impl Matrix {
         Ok(Matrix { format, backend })
     }
 
-    /// `m` holds `format`'s blocks; `k` is the caller's K (`m.k` less padding).
+    /// `m` holds `format`'s blocks, validated; `k` is the caller's K (`m.k`
+    /// less padding).
     fn ggml(
         registry: &Registry,
-        m: &GgmlMatrix,
+        m: &GgmlView<'_>,
         format: WeightFormat,
         k: usize,
     ) -> Result<Matrix, Error> {
@@ -473,7 +478,7 @@ impl Input {
 }
 
 /// The format of a GGUF matrix; the float types are refused.
-fn ggml_format(m: &GgmlMatrix) -> Result<WeightFormat, Error> {
+fn ggml_format<D>(m: &GgmlMatrix<D>) -> Result<WeightFormat, Error> {
     WeightFormat::from_ggml(m.dtype).ok_or_else(|| {
         Error::Unsupported(format!(
             "{} weights have no kernel: quantize them with \

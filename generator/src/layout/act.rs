@@ -218,7 +218,11 @@ pub fn block_scale(amax: f32) -> (f32, f32) {
 /// scaled by the block's scale (and its min times the level sum, for
 /// formats with mins) as the layout stores them, and summed in f64.
 /// Returns `m x n`.
-pub fn reference_i8(w: &GgmlMatrix, xa: &QuantizedActivations, m: usize) -> Vec<f64> {
+pub fn reference_i8<D: AsRef<[u8]>>(
+    w: &GgmlMatrix<D>,
+    xa: &QuantizedActivations,
+    m: usize,
+) -> Vec<f64> {
     let k_pad = round_up(w.k, QK);
     let blocks = w.k / QK;
     let xb = k_pad / QK;

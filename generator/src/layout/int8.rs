@@ -66,8 +66,9 @@
 //! scales form a second stream in the same order, `L` per column group and
 //! block, so one vector op converts the scales of `L` columns.
 
-use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
+use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
 use crate::layout::align::{round_up, AlignedWords};
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
 /// Geometry of one packed int8-family matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,13 +245,14 @@ impl I8Layout {
     ///
     /// Each source block turns into `bits` 4-byte lane words; the loop walks
     /// the destination in order, so writes are sequential per tile.
-    pub fn repack(&self, src: &GgmlMatrix) -> I8Packed {
+    pub fn repack<D: AsRef<[u8]>>(&self, src: &GgmlMatrix<D>) -> I8Packed {
         self.repack_threads(src, 1)
     }
 
     /// [`I8Layout::repack`] on `threads` scoped threads, each filling a
     /// contiguous range of panels (panels are contiguous in both streams).
-    pub fn repack_threads(&self, src: &GgmlMatrix, threads: usize) -> I8Packed {
+    pub fn repack_threads<D: AsRef<[u8]>>(&self, src: &GgmlMatrix<D>, threads: usize) -> I8Packed {
+        let src = &src.view();
         let want = self.source_type();
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
@@ -273,10 +275,13 @@ impl I8Layout {
                 let bases = (word_at(p0), scale_at(p0));
                 // The lane group's word count as a constant: a runtime-length
                 // copy per group is a memcpy call in the hot loop.
-                let fill = if self.group_bytes == 4 {
-                    Self::fill_panels::<1>
-                } else {
-                    Self::fill_panels::<2>
+                // The same for the words per column and block (the 5-bit
+                // plane's word aside): the scatter to the chunks unrolls.
+                let fill = match (self.group_bytes, self.bits) {
+                    (4, 8) => Self::fill_panels::<1, 8>,
+                    (4, _) => Self::fill_panels::<1, 4>,
+                    (_, 8) => Self::fill_panels::<2, 8>,
+                    _ => Self::fill_panels::<2, 4>,
                 };
                 if part + 1 == parts {
                     fill(self, src, p0..p1, wa, sa, bases);
@@ -289,9 +294,13 @@ impl I8Layout {
     }
 
     /// Fills `panels` into `words` / `sc`, which start at `(word, scale)` = `base`.
-    fn fill_panels<const GW: usize>(
+    ///
+    /// Column by column (a tile's columns, then the next tile's), each
+    /// column's 32-value blocks along K: each is decoded into the lane words
+    /// of every chunk (`col_words`) and scattered to its tile's chunks.
+    fn fill_panels<const GW: usize, const WORDS: usize>(
         &self,
-        src: &GgmlMatrix,
+        src: &GgmlView<'_>,
         panels: std::ops::Range<usize>,
         words: &mut [u32],
         sc: &mut [u16],
@@ -305,19 +314,23 @@ impl I8Layout {
         // 5-bit: the nibble chunks, then the plane of fifth bits (one word
         // per column, after the chunks' 4 tw words).
         let plane = self.bits == 5;
-        let chunks = (bb - if plane { 4 } else { 0 }) / self.group_bytes;
+        debug_assert_eq!(WORDS * 4, bb - if plane { 4 } else { 0 });
         let fmt = src.dtype.format();
         let repack = fmt.int8.expect("only int8 formats are repacked");
         // Source blocks per row, and 32-value sub-blocks per source block.
         let (src_blocks, subs) = (src.k / fmt.block, fmt.block / QK);
         let block_bytes = src.dtype.block_bytes();
+        let row_bytes = src_blocks * block_bytes;
         // Blocks of 32 that start with their f16 scale and hold their levels
         // in Q4_0 / Q8_0 byte order right after it are copied a word at a
         // time; every other format goes through its row's level and scale
         // functions.
-        let direct =
-            subs == 1 && !repack.mins && repack.scales_per_block == 1 && fmt.scale_offsets == [0];
-        let s_n = self.scale_entries();
+        let direct = !plane
+            && subs == 1
+            && !repack.mins
+            && repack.scales_per_block == 1
+            && fmt.scale_offsets == [0];
+        let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
@@ -327,56 +340,63 @@ impl I8Layout {
             5 => zero[4] = u32::MAX,
             _ => {}
         }
+        // The formats' scales are f32 products (`d * sc`): they are rounded
+        // to f16 a panel at a time, one vector conversion instead of a
+        // portable one per value.
+        let mut panel_sc: Vec<f32> = Vec::new();
         for panel in panels {
-            for kb in 0..self.k_blocks() {
-                for tile in 0..self.panel_width(panel) / tw {
-                    let (off, soff, nb) = self.tile_offset(panel, kb, tile);
-                    let (off, soff, c0) = (
-                        off / 4 - base.0,
-                        soff * s_n - base.1,
-                        panel * self.t_b + tile * tw,
-                    );
-                    for b in 0..nb {
-                        let blk = kb * (self.m_b / QK) + b;
-                        let at = off + b * tile_words;
-                        for t in 0..t_u {
-                            for lane in 0..l {
-                                let col = t * l + lane;
-                                let j = c0 + col;
+            let s0 = (panel * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
+            let s1 = ((panel + 1) * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
+            if !direct {
+                panel_sc.clear();
+                panel_sc.resize(s1 - s0, 0.0);
+            }
+            for tile in 0..self.panel_width(panel) / tw {
+                let c0 = panel * self.t_b + tile * tw;
+                for t in 0..t_u {
+                    for lane in 0..l {
+                        let col = t * l + lane;
+                        // The column's source row is read front to back (and
+                        // a tile's rows are adjacent in the file), so reads
+                        // stream; the writes land in the panel's output,
+                        // which stays in cache. Columns past N are padding:
+                        // zero levels, scale 0.
+                        let row = (c0 + col < self.n)
+                            .then(|| &src.data[(c0 + col) * row_bytes..][..row_bytes]);
+                        let (mut sb, mut sub) = (0, 0);
+                        for kb in 0..self.k_blocks() {
+                            let (off, soff, nb) = self.tile_offset(panel, kb, tile);
+                            let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
+                            for b in 0..nb {
+                                let tile_w = &mut words[off + b * tile_words..][..tile_words];
+                                let at_sc = soff + b * s_n * tw;
                                 let mut col_words = zero;
-                                if j < self.n && blk < src_blocks * subs {
-                                    let (sb, sub) = (blk / subs, blk % subs);
-                                    let block = &src.data[(j * src_blocks + sb) * block_bytes..]
-                                        [..block_bytes];
-                                    let at_sc = soff + b * s_n * tw + col;
+                                // Blocks past K are padding too.
+                                if let Some(block) = row
+                                    .filter(|_| sb < src_blocks)
+                                    .map(|r| &r[sb * block_bytes..][..block_bytes])
+                                {
                                     if direct {
-                                        sc[at_sc] = u16::from_le_bytes([block[0], block[1]]);
-                                    } else {
-                                        let spb = repack.scales_per_block;
-                                        for h in 0..spb {
-                                            let (d, m) = stored_scale(
-                                                repack.sub_scale,
-                                                block,
-                                                sub * spb + h,
-                                            );
-                                            sc[at_sc + h * tw] = d.to_bits();
-                                            if repack.mins {
-                                                sc[at_sc + spb * tw] = m.to_bits();
-                                            }
-                                        }
-                                    }
-                                    if plane || !direct {
-                                        level_chunks(
-                                            self.bits,
-                                            self.group_bytes,
-                                            &(repack.block_levels)(block, sub),
-                                            &mut col_words,
-                                        );
-                                    } else {
+                                        sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
                                         block_chunks(
                                             self.bits,
                                             self.group_bytes,
                                             &block[2..],
+                                            &mut col_words,
+                                        );
+                                    } else {
+                                        let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
+                                        for h in 0..spb {
+                                            let (d, m) = (repack.sub_scale)(block, sub * spb + h);
+                                            tile_sc[col + h * tw] = d;
+                                            if repack.mins {
+                                                tile_sc[col + spb * tw] = m;
+                                            }
+                                        }
+                                        level_chunks(
+                                            self.bits,
+                                            self.group_bytes,
+                                            &(repack.block_levels)(block, sub),
                                             &mut col_words,
                                         );
                                     }
@@ -384,18 +404,27 @@ impl I8Layout {
                                         *v ^= flip;
                                     }
                                 }
-                                for g in 0..chunks {
-                                    let dst = at + ((g * t_u + t) * l + lane) * GW;
-                                    words[dst..dst + GW]
-                                        .copy_from_slice(&col_words[g * GW..(g + 1) * GW]);
+                                for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
+                                    let dst = ((g * t_u + t) * l + lane) * GW;
+                                    tile_w[dst..dst + GW].copy_from_slice(chunk);
                                 }
                                 if plane {
-                                    words[at + tw * 4 + col] = col_words[4];
+                                    tile_w[tw * 4 + col] = col_words[4];
+                                }
+                                sub += 1;
+                                if sub == subs {
+                                    (sb, sub) = (sb + 1, 0);
                                 }
                             }
                         }
                     }
                 }
+            }
+            if !direct {
+                // Round to nearest even, as `stored_scale` (and F16C) do.
+                sc[s0..s1]
+                    .reinterpret_cast_mut::<half::f16>()
+                    .convert_from_f32_slice(&panel_sc);
             }
         }
     }
@@ -404,6 +433,7 @@ impl I8Layout {
 /// One column's block in chunk order for lane groups of `gb` bytes: 4-bit
 /// chunk `g` byte `j` packs value `2 gb g + j` (low nibble) and
 /// `2 gb g + gb + j` (high); 8-bit chunks are the values in order.
+#[inline(always)]
 fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
     let word = |at: usize| u32::from_le_bytes(q[at..at + 4].try_into().expect("4 bytes"));
     if bits == 8 {
@@ -431,46 +461,59 @@ fn block_chunks(bits: u32, gb: usize, q: &[u8], out: &mut [u32; QK / 4]) {
 
 /// A sub-block's scale and min as the layout stores them: f16, rounded to
 /// nearest (the K-quants' `d * sc` is an f32 product).
+#[inline]
 pub fn stored_scale(
     sub_scale: fn(&[u8], usize) -> (f32, f32),
     block: &[u8],
     sub: usize,
 ) -> (half::f16, half::f16) {
     let (d, m) = sub_scale(block, sub);
-    (half::f16::from_f32(d), half::f16::from_f32(m))
+    // Portable rounding (F16C's, bit for bit), inlined for the repack loop.
+    (half::f16::from_f32_const(d), half::f16::from_f32_const(m))
 }
 
 /// One column's block of `levels` in the layout of `bits` (4, 5 or 8) for
 /// lane groups of `gb` bytes.
+#[inline]
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     match bits {
         5 => five_bit_chunks(gb, levels, out),
-        4 => {
-            let nibbles: [u8; QK / 2] =
-                std::array::from_fn(|i| (levels[i] & 0x0F) | (levels[i + QK / 2] << 4));
-            block_chunks(4, gb, &nibbles, out)
-        }
+        4 => block_chunks(4, gb, &nibble_bytes(levels), out),
         _ => block_chunks(8, gb, levels, out),
     }
+}
+
+/// Levels (low 4 bits) in Q4_0's byte order: byte `i` holds value `i` in
+/// its low nibble and value `i + 16` in its high one. Sixteen bytes at a
+/// time: this runs for every block the repack does not copy directly.
+#[inline]
+fn nibble_bytes(levels: &[u8; QK]) -> [u8; QK / 2] {
+    const LOW: u128 = u128::from_le_bytes([0x0F; 16]);
+    let half = |at: usize| u128::from_le_bytes(levels[at..at + 16].try_into().expect("16 bytes"));
+    ((half(0) & LOW) | (half(16) & LOW) << 4).to_le_bytes()
 }
 
 /// One column's block of 5-bit `levels` (0..32) for lane groups of `gb`
 /// bytes: the low 4 bits in the 4-bit layout's chunks (`out[..4]`), the
 /// fifth bits as the module documentation says (`out[4]`).
+#[inline]
 fn five_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
-    // The nibbles in Q4_0's byte order, then the 4-bit chunks.
-    let nibbles: [u8; QK / 2] =
-        std::array::from_fn(|i| (levels[i] & 0x0F) | (levels[i + QK / 2] << 4));
-    block_chunks(4, gb, &nibbles, out);
+    block_chunks(4, gb, &nibble_bytes(levels), out);
     // Chunk g byte j (of gb) holds values 2 gb g + j (low nibble) and
     // 2 gb g + gb + j (high): their fifth bits go to byte j % 4, bit
-    // (gb / 4) g + j / 4, and 4 above it.
+    // (gb / 4) g + j / 4, and 4 above it. A word of four levels' fifth bits
+    // (one per byte, at bit 0) lands with one shift: bytes j..j + 4 of a
+    // nibble half share g and j / 4.
+    let fifth = |at: usize| {
+        u32::from_le_bytes(levels[at..at + 4].try_into().expect("4 bytes")) >> 4 & 0x0101_0101
+    };
     let mut h = 0u32;
     for g in 0..16 / gb {
-        for j in 0..gb {
-            let bit = 8 * (j % 4) + (gb / 4) * g + j / 4;
-            let (lo, hi) = (levels[2 * gb * g + j], levels[2 * gb * g + gb + j]);
-            h |= u32::from(lo >> 4) << bit | u32::from(hi >> 4) << (bit + 4);
+        for half in 0..2 {
+            for q in 0..gb / 4 {
+                let at = 2 * gb * g + gb * half + 4 * q;
+                h |= fifth(at) << ((gb / 4) * g + q + 4 * half);
+            }
         }
     }
     out[4] = h;

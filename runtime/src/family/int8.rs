@@ -6,7 +6,7 @@ use crate::act::{self, ActQuantizer};
 use crate::error::Error;
 use crate::kernel::{Int8Params, KernelEntry};
 use crate::pool::{self, Pool};
-use kgen::format::ggml::{GgmlMatrix, QK};
+use kgen::format::ggml::{GgmlView, QK};
 use kgen::layout::act::{ActFormat, QuantizedActivations};
 use kgen::layout::int8::{I8Layout, I8Packed};
 use std::time::Instant;
@@ -41,16 +41,18 @@ impl std::fmt::Debug for Int8Matrix {
 
 impl Int8Matrix {
     /// Packs GGUF-block weights for an explicit pair of int8-family kernels
-    /// (same layout, runnable here). `k` is the caller's K: `m.k` rounded up
+    /// (same layout, runnable here). `m` has been validated
+    /// ([`kgen::format::ggml::GgmlMatrix::validate`]): a file's tensors
+    /// when they are mapped, other matrices by the caller, so a file's
+    /// bytes are read once before the repack, not twice. `k` is the caller's K: `m.k` rounded up
     /// to whole 32-blocks with zero weights, as [`crate::Matrix::from_f32`]
     /// quantizes; activations are padded the same way.
     pub(crate) fn pack(
-        m: &GgmlMatrix,
+        m: &GgmlView<'_>,
         k: usize,
         gemv: KernelEntry,
         gemm: KernelEntry,
     ) -> Result<Int8Matrix, Error> {
-        m.validate()?;
         if k > m.k || m.k - k >= QK {
             return Err(Error::Shape(format!(
                 "K = {k} is not the {} rows of the matrix less padding to a 32-block",

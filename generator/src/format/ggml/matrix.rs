@@ -26,16 +26,47 @@ const MAX_BLOCK: usize = 256;
 /// A weight matrix as GGUF stores it: `n` rows (output features) of `k`
 /// values (input features), each row a sequence of blocks along `k`.
 /// `W` (K x N, `y = x W`) has `W[i][j]` = row `j`, element `i`.
+///
+/// The bytes are owned (`Vec<u8>`, the default) or borrowed
+/// ([`GgmlView`]: a tensor of a memory-mapped file, repacked without a
+/// copy); everything that only reads them takes either.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GgmlMatrix {
+pub struct GgmlMatrix<D = Vec<u8>> {
     pub k: usize,
     pub n: usize,
     pub dtype: GgmlType,
     /// `n` rows of [`GgmlMatrix::row_bytes`] bytes.
-    pub data: Vec<u8>,
+    pub data: D,
 }
 
-impl GgmlMatrix {
+/// A GGUF matrix whose bytes are borrowed (from a mapped file).
+pub type GgmlView<'a> = GgmlMatrix<&'a [u8]>;
+
+impl<D: AsRef<[u8]>> GgmlMatrix<D> {
+    /// The same matrix with its bytes borrowed.
+    pub fn view(&self) -> GgmlView<'_> {
+        GgmlMatrix {
+            k: self.k,
+            n: self.n,
+            dtype: self.dtype,
+            data: self.data.as_ref(),
+        }
+    }
+
+    /// The same matrix with its bytes copied.
+    pub fn to_owned(&self) -> GgmlMatrix {
+        GgmlMatrix {
+            k: self.k,
+            n: self.n,
+            dtype: self.dtype,
+            data: self.data.as_ref().to_vec(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.data.as_ref()
+    }
+
     /// Blocks per row.
     pub fn blocks_per_row(&self) -> usize {
         self.k / self.dtype.block_values()
@@ -68,13 +99,13 @@ impl GgmlMatrix {
                 self.dtype, self.k, self.n
             ))
         })?;
-        if self.data.len() != want {
+        if self.bytes().len() != want {
             return Err(FormatError(format!(
                 "{} matrix K={} N={} needs {want} bytes, got {}",
                 self.dtype,
                 self.k,
                 self.n,
-                self.data.len()
+                self.bytes().len()
             )));
         }
         let fmt = self.dtype.format();
@@ -86,7 +117,11 @@ impl GgmlMatrix {
             .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1)
             .map(|r| (r.sub_scale, r.scales_per_block));
         let per_row = self.blocks_per_row();
-        for (b, blk) in self.data.chunks_exact(self.dtype.block_bytes()).enumerate() {
+        for (b, blk) in self
+            .bytes()
+            .chunks_exact(self.dtype.block_bytes())
+            .enumerate()
+        {
             let bad = |what: &str, v: f32| {
                 FormatError(format!(
                     "{} {what} {v} of row {} block {} is not finite",
@@ -126,7 +161,7 @@ impl GgmlMatrix {
     pub fn row(&self, row: usize) -> &[u8] {
         assert!(row < self.n, "row {row} of a matrix with {} rows", self.n);
         let rb = self.row_bytes();
-        &self.data[row * rb..(row + 1) * rb]
+        &self.bytes()[row * rb..(row + 1) * rb]
     }
 
     /// The bytes of block `blk` of GGUF row `row` (values
@@ -181,16 +216,16 @@ impl GgmlMatrix {
         );
         let rb = self.row_bytes();
         assert!(
-            self.data.len() >= rb * n,
+            self.bytes().len() >= rb * n,
             "{} matrix K={k} N={n} needs {} bytes, has {}",
             self.dtype,
             rb * n,
-            self.data.len()
+            self.bytes().len()
         );
         let mut out = vec![0f32; k * n];
         let mut vals = [0f32; MAX_BLOCK];
         for j in 0..n {
-            let row = &self.data[j * rb..(j + 1) * rb];
+            let row = &self.bytes()[j * rb..(j + 1) * rb];
             for (b, blk) in row.chunks_exact(bb).enumerate() {
                 (self.dtype.0.dequantize)(blk, &mut vals[..bv]);
                 for (t, &v) in vals[..bv].iter().enumerate() {
@@ -200,7 +235,9 @@ impl GgmlMatrix {
         }
         out
     }
+}
 
+impl GgmlMatrix {
     /// Encodes `w` (K x N row-major) as `dtype`, the way gguf-py's
     /// `gguf.quants.quantize` does (F16: round to nearest even); the formats
     /// gguf-py cannot quantize with kgen's own quantizers (IQ4_NL:
