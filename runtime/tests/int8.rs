@@ -165,7 +165,10 @@ fn bad_inputs_are_errors() {
     let gptq = kgen::format::gptq::random_gptq(64, 8, 4, kgen_runtime::Group::Size(32), 1);
     let e = Matrix::from_gptq_kernels(&gptq, g, m).unwrap_err();
     assert!(e.to_string().contains("int8 kernel for q4_0"), "{e}");
-    let (fg, fm) = reg.select_pair("4:32".parse().unwrap()).unwrap();
+    let (fg, fm) = reg
+        .with_family(Some(kgen_runtime::Family::F32))
+        .select_pair("4:32".parse().unwrap())
+        .unwrap();
     let e = Matrix::from_ggml_kernels(&w, fg, fm).unwrap_err();
     assert!(e.to_string().contains("f32 kernel for 4:32"), "{e}");
     if !built("iq4_nl") {

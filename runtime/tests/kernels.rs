@@ -99,7 +99,9 @@ fn thread_count_does_not_change_results() {
 
 #[test]
 fn act_order_permutation_is_applied_to_activations() {
-    let reg = Registry::builtin();
+    // The f32 family (dispatch runs 4-bit GPTQ on the int8 family where it
+    // has SIMD; tests/int8_formats.rs checks that path).
+    let reg = &Registry::builtin().with_family(Some(Family::F32));
     let (k, n) = (256, 40);
     let w = random_gptq(k, n, 4, Group::Size(128), 3);
     // The packed rows are the original rows in `perm` order.
@@ -181,26 +183,42 @@ fn bad_shapes_and_data_are_errors() {
 fn constructors_agree() {
     let (k, n) = (300, 50);
     let wf = Rng::new(4).vec_f32(k * n);
-    let a = Matrix::from_f32(&wf, k, n, "4:32").unwrap();
     let g = GptqMatrix::quantize_rtn(k, n, 4, Group::Size(32), &wf);
-    let b = Matrix::from_gptq(&g).unwrap();
-    let c = Matrix::from_f32(&wf, k, n, WeightFormat::gptq(4, Group::Size(32)).unwrap()).unwrap();
-    assert_eq!(a.format(), c.format());
-    assert_eq!(a.format().to_string(), "4:32");
     let x = Rng::new(8).vec_f32(k);
-    let (mut ya, mut yb) = (vec![0f32; n], vec![0f32; n]);
-    a.gemv(&x, &mut ya).unwrap();
-    b.gemv(&x, &mut yb).unwrap();
-    assert_eq!(ya, yb);
-    check(&g, &x, 1, &ya, "from_f32");
-    // And RTN is close to the f32 product itself: per-weight error is below
-    // half a step (~0.07 here), so the sum's error grows like sqrt(k).
-    for j in 0..n {
-        let exact: f64 = (0..k).map(|i| x[i] as f64 * wf[i * n + j] as f64).sum();
-        assert!(
-            (ya[j] as f64 - exact).abs() < 0.15 * (k as f64).sqrt(),
-            "col {j}: {} vs {exact}",
-            ya[j]
-        );
+    // Whichever family dispatch picks, and the f32 family, whose product
+    // is checked against the oracle.
+    let f32 = Registry::builtin().with_family(Some(Family::F32));
+    for reg in [Registry::builtin(), &f32] {
+        let a = Matrix::from_f32_with(reg, &wf, k, n, "4:32").unwrap();
+        let b = Matrix::from_gptq_with(reg, &g).unwrap();
+        let c = Matrix::from_f32_with(
+            reg,
+            &wf,
+            k,
+            n,
+            WeightFormat::gptq(4, Group::Size(32)).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(a.format(), c.format());
+        assert_eq!(a.format().to_string(), "4:32");
+        assert_eq!((a.family(), b.family()), (c.family(), c.family()));
+        let (mut ya, mut yb) = (vec![0f32; n], vec![0f32; n]);
+        a.gemv(&x, &mut ya).unwrap();
+        b.gemv(&x, &mut yb).unwrap();
+        assert_eq!(ya, yb, "{}", a.describe());
+        if a.family() == Family::F32 {
+            check(&g, &x, 1, &ya, "from_f32");
+        }
+        // And RTN is close to the f32 product itself: per-weight error is
+        // below half a step (~0.07 here), so the sum's error grows like
+        // sqrt(k); int8 activations add far less than that.
+        for j in 0..n {
+            let exact: f64 = (0..k).map(|i| x[i] as f64 * wf[i * n + j] as f64).sum();
+            assert!(
+                (ya[j] as f64 - exact).abs() < 0.15 * (k as f64).sqrt(),
+                "col {j}: {} vs {exact}",
+                ya[j]
+            );
+        }
     }
 }

@@ -23,6 +23,12 @@ fn best() -> Registry {
     Registry::builtin().with_isa(None)
 }
 
+/// [`best`] on the f32 family: 4-bit GPTQ runs on the int8 family by
+/// default where it has SIMD (tests/int8_formats.rs checks that path).
+fn best_f32() -> Registry {
+    best().with_family(Some(Family::F32))
+}
+
 /// GGUF-block formats this build has kernels for.
 fn int8_formats() -> Vec<WeightFormat> {
     [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::IQ4_NL]
@@ -133,28 +139,26 @@ fn from_ggml_and_from_gguf() {
 fn from_gptq_layer_and_file() {
     let (k, n) = (256, 40);
     let w = random_gptq(k, n, 4, Group::Size(128), 3);
-    for (m, how) in [
-        (Matrix::from_gptq(&w).unwrap(), "from_gptq"),
-        (
-            Matrix::from_gptq_with(&best(), &w).unwrap(),
-            "from_gptq_with",
-        ),
-    ] {
-        assert_eq!(
-            (m.format().to_string(), m.family()),
-            ("4:128".into(), Family::F32)
-        );
-        check_f32(&m, &w, None, how);
-    }
+    let m = Matrix::from_gptq(&w).unwrap();
+    let picked = best().select(m.format(), Op::Gemv).unwrap();
+    assert_eq!(
+        (m.format().to_string(), m.family(), m.kernel().name),
+        ("4:128".into(), picked.family(), picked.name)
+    );
+    let m = Matrix::from_gptq_with(&best_f32(), &w).unwrap();
+    assert_eq!(
+        (m.format().to_string(), m.family()),
+        ("4:128".into(), Family::F32)
+    );
+    check_f32(&m, &w, None, "from_gptq_with");
     // Act-order: the packed rows are the original rows in `perm` order.
     let perm: Vec<u32> = (0..k as u32).rev().collect();
     let layer = GptqLayer {
         matrix: w.clone(),
         perm: Some(perm.clone()),
     };
-    let m = Matrix::from_gptq_layer(layer.clone()).unwrap();
-    check_f32(&m, &w, Some(&perm), "from_gptq_layer");
-    let m = Matrix::from_gptq_layer_with(&best(), layer).unwrap();
+    Matrix::from_gptq_layer(layer.clone()).unwrap();
+    let m = Matrix::from_gptq_layer_with(&best_f32(), layer).unwrap();
     check_f32(&m, &w, Some(&perm), "from_gptq_layer_with");
 
     // A checkpoint with a scrambled g_idx, through the file.
@@ -201,8 +205,20 @@ fn from_f32_in_every_family() {
             eprintln!("{name}: not in this build, skipped");
             continue;
         }
-        let m = Matrix::from_f32(&wf, k, n, name).unwrap();
-        let m2 = Matrix::from_f32_with(&reg, &wf, k, n, format).unwrap();
+        // GPTQ on its own (f32) family, which the oracle below checks
+        // exactly; the default build picks the int8 family for 4-bit GPTQ
+        // where it has SIMD (tests/int8_formats.rs).
+        let m = match format {
+            WeightFormat::Gptq { .. } => Matrix::from_f32_with(&best_f32(), &wf, k, n, name),
+            _ => Matrix::from_f32(&wf, k, n, name),
+        }
+        .unwrap();
+        let own = if format.family() == Family::F32 {
+            best_f32()
+        } else {
+            reg.clone()
+        };
+        let m2 = Matrix::from_f32_with(&own, &wf, k, n, format).unwrap();
         assert_eq!((m.format(), m2.format()), (format, format));
         assert_eq!(
             (m.k(), m.n(), m.family()),
@@ -254,8 +270,25 @@ fn family_and_kernel_are_reported() {
                 Matrix::from_f32_with(&reg, &Rng::new(1).vec_f32(k * n), k, n, format).unwrap()
             }
         };
-        assert_eq!(m.family(), format.family(), "{format}");
+        // Dispatch's family: the format's own, except 4-bit GPTQ, which
+        // runs on the int8 family where that has SIMD here.
         let want = &reg.runnable(format, Op::Gemv)[0];
+        assert_eq!(m.family(), want.family(), "{format}");
+        let int8_simd = format.family() == Family::F32
+            && reg
+                .with_family(Some(Family::Int8))
+                .runnable(format, Op::Gemv)
+                .first()
+                .is_some_and(|e| e.isa != "portable");
+        assert_eq!(
+            m.family(),
+            if int8_simd {
+                Family::Int8
+            } else {
+                format.family()
+            },
+            "{format}"
+        );
         let kernel = m.kernel();
         assert_eq!(
             kernel.name, want.name,
@@ -263,8 +296,9 @@ fn family_and_kernel_are_reported() {
         );
         assert_eq!(m.gemv_kernel().name, kernel.name);
         assert_eq!(kernel.family(), m.family());
-        assert_eq!(kernel.format, format.kernel_format().to_string());
-        assert_eq!(kernel.weight_format().unwrap(), format.kernel_format());
+        let (_, kf) = format.families()[usize::from(m.family() != format.family())];
+        assert_eq!(kernel.format, kf.to_string());
+        assert_eq!(kernel.weight_format().unwrap(), kf);
         assert!((kernel.detect)());
         let gemm = m.gemm_kernel();
         assert_eq!((gemm.isa, gemm.target), (kernel.isa, kernel.target));
@@ -285,9 +319,10 @@ fn family_and_kernel_are_reported() {
         assert!(m.to_string().contains(&format!("{k}x{n}")) && m.to_string().contains(&d));
         assert!(format!("{m:?}").contains(kernel.name));
         assert!(m.weight_bytes() > 0 && m.repack_seconds() >= 0.0);
-        // The right side of the family line: GPTQ has zero points, so f32.
+        // The right side of the family line: GPTQ has zero points, so f32,
+        // but for 4-bit GPTQ on SIMD int8 kernels (zero points as mins).
         match format {
-            WeightFormat::Gptq { .. } => assert_eq!(m.family(), Family::F32),
+            WeightFormat::Gptq { .. } if !int8_simd => assert_eq!(m.family(), Family::F32),
             _ => assert_eq!(m.family(), Family::Int8),
         }
     }
@@ -299,7 +334,7 @@ fn family_and_kernel_are_reported() {
 /// the ISA, the format and the features.
 #[test]
 fn forced_isa_runs_in_both_families() {
-    let reg = Registry::builtin();
+    let builtin = Registry::builtin();
     let pool = Pool::new(2);
     let (k, n) = (320, 70);
     let gptq = random_gptq(k, n, 4, Group::Size(32), 8);
@@ -309,6 +344,9 @@ fn forced_isa_runs_in_both_families() {
         WeightFormat::gptq(4, Group::Size(32)).unwrap(),
         WeightFormat::Q4_0,
     ] {
+        // Each format on its own family (4-bit GPTQ would take the int8
+        // family's SIMD kernels; tests/int8_formats.rs forces those).
+        let reg = builtin.with_family(Some(format.family()));
         let isas: Vec<&str> = reg
             .runnable(format, Op::Gemv)
             .iter()
@@ -502,9 +540,13 @@ fn non_finite_activations_propagate() {
                 let y0 = y[j];
                 if w_at[j] == 0.0 {
                     assert!(y0.is_nan(), "{format} rows={rows} col {j}: {y0}, weight 0");
-                } else if m.family() == Family::Int8 {
+                } else if m.family() == Family::Int8
+                    && !matches!(m.format(), WeightFormat::Gptq { .. })
+                {
                     assert_eq!(y0, f32::INFINITY.copysign(w_at[j]), "{format} col {j}");
                 } else {
+                    // The f32 family, and mins (4-bit GPTQ on the int8
+                    // family): the scale and min terms can meet as inf - inf.
                     let inf = f32::INFINITY.copysign(w_at[j]);
                     assert!(y0.is_nan() || y0 == inf, "{format} col {j}: {y0}");
                 }

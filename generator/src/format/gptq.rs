@@ -70,6 +70,19 @@ impl GptqMatrix {
         if let Some(z) = self.zeros.iter().find(|z| !z.is_finite()) {
             return Err(FormatError(format!("zero point {z} is not finite")));
         }
+        // Files store `z - 1` in `bits` bits, so `z` is at most 2^bits.
+        let levels = (1u32 << self.bits) - 1;
+        if let Some(z) = self
+            .zeros
+            .iter()
+            .find(|&&z| !(0.0..=levels as f32 + 1.0).contains(&z))
+        {
+            return Err(FormatError(format!(
+                "zero point {z} is outside the {}-bit levels (0..={})",
+                self.bits,
+                levels + 1
+            )));
+        }
         if let Some(s) = self.scales.iter().find(|s| !s.is_finite()) {
             return Err(FormatError(format!("scale {s} is not finite")));
         }

@@ -37,18 +37,6 @@ impl F32Matrix {
         gemm: KernelEntry,
     ) -> Result<F32Matrix, Error> {
         m.validate()?;
-        let levels = (1u32 << m.bits) - 1;
-        if let Some(z) = m
-            .zeros
-            .iter()
-            .find(|&&z| !(0.0..=levels as f32 + 1.0).contains(&z))
-        {
-            return Err(Error::Format(format!(
-                "zero point {z} is outside the {}-bit levels (0..={})",
-                m.bits,
-                levels + 1
-            )));
-        }
         if let Some(p) = &perm {
             crate::gptq_file::check_permutation(p, m.k)?;
         }
