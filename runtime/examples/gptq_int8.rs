@@ -1,9 +1,10 @@
-//! 4-bit GPTQ on both kernel families: GEMV time (alternating, medians) and
-//! the error of each against the f64 product of the dequantized weights.
+//! 4- or 8-bit GPTQ on both kernel families: GEMV time (alternating,
+//! medians) and the error of each against the f64 product of the
+//! dequantized weights.
 //!
-//!     cargo run --release -p kgen-runtime --example gptq_int8 -- [K N GROUP THREADS]
+//!     cargo run --release -p kgen-runtime --example gptq_int8 -- [K N GROUP THREADS BITS]
 //!
-//! Defaults: 4096 4096 128 1. GROUP is a size or `col`.
+//! Defaults: 4096 4096 128 1 4. GROUP is a size or `col`.
 
 use kgen::format::gptq::random_gptq;
 use kgen::format::rng::Rng;
@@ -19,7 +20,8 @@ fn main() -> Result<(), kgen_runtime::Error> {
         _ => Group::Size(arg(2, 128)),
     };
     let pool = Pool::new(arg(3, 1));
-    let w = random_gptq(k, n, 4, group, 1);
+    let bits = arg(4, 4) as u32;
+    let w = random_gptq(k, n, bits, group, 1);
     let reg = Registry::builtin();
     let paths: Vec<(Family, Matrix)> = [Family::F32, Family::Int8]
         .into_iter()

@@ -143,16 +143,21 @@ impl WeightFormat {
     }
 
     /// The families that can run the format, each with the format its
-    /// kernels read. 4-bit GPTQ with groups of a multiple of 32 (or per
-    /// column) runs on both: the f32 family, and the int8 family's Q4_1
-    /// kernels (a scale and a min per 32 values: `s (q - z) = s q - s z`).
-    /// [`crate::Registry`] takes the format's own family first, the other
-    /// when asked ([`crate::Registry::with_family`]).
+    /// kernels read. 4- and 8-bit GPTQ with groups of a multiple of 32 (or
+    /// per column) run on both: the f32 family, and the int8 family's Q4_1
+    /// kernels (4-bit: a scale and a min per 32 values, `s (q - z) = s q -
+    /// s z`) or Q8_0 kernels (8-bit: levels `q - 128`, and `s (128 - z)`
+    /// per group added after the kernel). [`crate::Registry`] orders them
+    /// ([`crate::Registry::select_pair`]).
     pub fn families(self) -> Vec<(Family, WeightFormat)> {
         let mut out = vec![(self.family(), self.kernel_format())];
-        if let WeightFormat::Gptq { bits: 4, group } = self {
+        if let WeightFormat::Gptq { bits, group } = self {
             if group.size().is_none_or(|g| g.is_multiple_of(32)) {
-                out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q4_1)));
+                match bits {
+                    4 => out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q4_1))),
+                    8 => out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q8_0))),
+                    _ => {}
+                }
             }
         }
         out

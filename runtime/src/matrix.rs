@@ -5,7 +5,7 @@ use crate::dispatch::Registry;
 use crate::error::Error;
 use crate::family::{
     f32::F32Matrix,
-    int8::{Int8Matrix, QuantizedInput},
+    int8::{GroupMins, Int8Matrix, QuantizedInput},
 };
 use crate::format::{Family, WeightFormat};
 use crate::gguf::GgufFile;
@@ -278,19 +278,34 @@ impl Matrix {
         gemm: KernelEntry,
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
-        if m.bits != 4 {
-            return Err(not_packable(format, &gemv));
-        }
-        let blocks = gptq_as_q4_1(m).ok_or_else(|| not_packable(format, &gemv))?;
+        let (blocks, mins) = match m.bits {
+            4 => (gptq_as_q4_1(m), None),
+            8 => match gptq_as_q8_0(m) {
+                Some((b, mins)) => (Some(b), Some(mins)),
+                None => (None, None),
+            },
+            _ => (None, None),
+        };
+        let blocks = blocks.ok_or_else(|| not_packable(format, &gemv))?;
         blocks.validate().map_err(|e| {
             Error::Unsupported(format!(
-                "{format} weights do not fit the int8 kernel {}'s Q4_1 blocks, which hold \
-                 the scale and -scale * zero as f16: {}",
-                gemv.name, e.0
+                "{format} weights do not fit the int8 kernel {}'s {} blocks, which hold \
+                 the scale{} as f16: {}",
+                gemv.name,
+                blocks.dtype,
+                if mins.is_none() {
+                    " and -scale * zero"
+                } else {
+                    ""
+                },
+                e.0
             ))
         })?;
         let mut w = Int8Matrix::pack(&blocks.view(), m.k, gemv, gemm)?;
         w.set_perm(perm)?;
+        if let Some(mins) = mins {
+            w.set_group_mins(mins)?;
+        }
         Ok(w)
     }
 
@@ -434,7 +449,9 @@ impl Matrix {
     /// An input fits every matrix with the same K whose kernels read
     /// activations the same way ([`Matrix::accepts`]): the int8 matrices of
     /// one format and ISA (Q4_0 and Q4_K differ: Q4_0's kernels remove an
-    /// offset of 8 through the block sums, Q4_K's add mins through them).
+    /// offset of 8 through the block sums, Q4_K's add mins through them)
+    /// and the same act-order permutation (GPTQ on the int8 family: the
+    /// rows are gathered before they are quantized).
     pub fn quantize_input(&self, x: &[f32], m: usize) -> Result<Input, Error> {
         crate::panels::check_shape(self.k(), self.n(), m, x.len(), m * self.n())?;
         Ok(Input(match &self.backend {
@@ -451,7 +468,7 @@ impl Matrix {
     pub fn accepts(&self, input: &Input) -> bool {
         match (&self.backend, &input.0) {
             (Backend::F32(_), InputKind::F32 { k, .. }) => *k == self.k(),
-            (Backend::Int8(w), InputKind::Int8(q)) => q.k == w.k() && q.fmt == w.act_format(q.m),
+            (Backend::Int8(w), InputKind::Int8(q)) => w.accepts(q),
             _ => false,
         }
     }
@@ -565,6 +582,50 @@ fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
         dtype: kgen::format::ggml::GgmlType::Q4_1,
         data,
     })
+}
+
+/// 8-bit GPTQ weights as GGUF Q8_0 blocks and zero-point terms (K padded
+/// to 32 with zero levels and zero scale):
+/// `s (q - z) = s (q - 128) + s (128 - z)`, so each 32 values of a column
+/// take their group's scale `s` (f16, as Q8_0 stores it) and the levels
+/// `q - 128` as `i8`, and `s (128 - z)` (with the same f16 `s`) goes to the
+/// group's term. `None` if a group does not hold whole 32-blocks.
+fn gptq_as_q8_0(m: &GptqMatrix) -> Option<(GgmlMatrix, GroupMins)> {
+    let gs = m.group_size();
+    if m.group.size().is_some() && !gs.is_multiple_of(32) {
+        return None;
+    }
+    let k_pad = m.k.div_ceil(32) * 32;
+    let scale = |g: usize, j: usize| half::f16::from_f32(m.scales[g * m.n + j]);
+    let mut data = Vec::with_capacity(m.n * k_pad / 32 * 34);
+    for j in 0..m.n {
+        for b in 0..k_pad / 32 {
+            let g = (b * 32 / gs).min(m.groups() - 1);
+            let live = b * 32 < m.k;
+            let d = if live { scale(g, j) } else { half::f16::ZERO };
+            data.extend_from_slice(&d.to_bits().to_le_bytes());
+            data.extend((0..32).map(|t| {
+                let i = b * 32 + t;
+                if i < m.k {
+                    (m.q(i, j) as i32 - 128) as i8 as u8
+                } else {
+                    0
+                }
+            }));
+        }
+    }
+    // One group per column: it spans the padded K.
+    let group = if m.group.size().is_some() { gs } else { k_pad };
+    let c = (0..m.groups())
+        .flat_map(|g| (0..m.n).map(move |j| scale(g, j).to_f32() * (128.0 - m.zeros[g * m.n + j])))
+        .collect();
+    let blocks = GgmlMatrix {
+        k: k_pad,
+        n: m.n,
+        dtype: kgen::format::ggml::GgmlType::Q8_0,
+        data,
+    };
+    Some((blocks, GroupMins { group, c }))
 }
 
 /// A family was selected whose weights this source cannot be converted to.

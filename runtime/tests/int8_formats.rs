@@ -189,15 +189,22 @@ fn kgen_force_isa_selects_each_isa() {
 /// ISA with Q4_1 kernels: within the int8 activations' rounding of the f64
 /// product, and the f32 family (the default) still picked unless asked.
 #[test]
-fn gptq_4bit_runs_on_the_int8_family() {
+fn gptq_4_and_8_bit_run_on_the_int8_family() {
+    for (bits, t) in [(4, GgmlType::Q4_1), (8, GgmlType::Q8_0)] {
+        if common::i8_format_built(t.format().tag) {
+            gptq_on_the_int8_family(bits, t);
+        }
+    }
+}
+
+/// GPTQ of `bits` on the int8 family's kernels for `t`, every ISA, groups
+/// and act-order, against the f64 product.
+fn gptq_on_the_int8_family(bits: u32, t: GgmlType) {
     use kgen::format::gptq::random_gptq;
     use kgen_runtime::{Family, GptqLayer, Group};
-    if !common::i8_format_built("q4_1") {
-        return;
-    }
     let reg = Registry::builtin();
     let int8 = reg.with_family(Some(Family::Int8));
-    let isas = isas(reg, GgmlType::Q4_1);
+    let isas = isas(reg, t);
     for (gi, group) in [
         Group::Size(32),
         Group::Size(64),
@@ -208,10 +215,10 @@ fn gptq_4bit_runs_on_the_int8_family() {
     .enumerate()
     {
         for (k, n) in [(256usize, 40usize), (330, 17)] {
-            let w = random_gptq(k, n, 4, group, gi as u64 * 7 + k as u64);
+            let w = random_gptq(k, n, bits, group, gi as u64 * 7 + k as u64);
             // Dispatch takes the int8 family where its kernel here has SIMD
             // dot products, else the format's own (f32) where built.
-            let format = kgen_runtime::WeightFormat::gptq(4, group).unwrap();
+            let format = kgen_runtime::WeightFormat::gptq(bits, group).unwrap();
             let int8_simd = reg
                 .with_family(Some(Family::Int8))
                 .select_pair(format)
@@ -243,7 +250,7 @@ fn gptq_4bit_runs_on_the_int8_family() {
                     let qm = Matrix::from_gptq_layer_with(&int8.with_isa(Some(isa)), layer)
                         .unwrap_or_else(|e| panic!("{group:?} {isa}: {e}"));
                     assert_eq!(qm.family(), Family::Int8);
-                    assert_eq!(qm.gemv_kernel().format, "q4_1");
+                    assert_eq!(qm.gemv_kernel().format, t.format().tag);
                     for m in [1, 3] {
                         let x = Rng::new(m as u64 + 5).vec_f32(m * k);
                         // The matrix's rows are in `perm` order: x'[j] = x[perm[j]].
@@ -273,7 +280,7 @@ fn gptq_4bit_runs_on_the_int8_family() {
                                 let (got, exp) = (y[r * n + j] as f64, want[r * n + j]);
                                 assert!(
                                     (got - exp).abs() <= 0.02 * mag + 1e-6,
-                                    "{group:?} act-order {act_order} {isa} row {r} col {j}: {got} vs {exp}"
+                                    "{bits}-bit {group:?} act-order {act_order} {isa} row {r} col {j}: {got} vs {exp}"
                                 );
                             }
                         }
@@ -286,6 +293,44 @@ fn gptq_4bit_runs_on_the_int8_family() {
     let w2 = random_gptq(256, 8, 2, Group::Size(32), 1);
     assert!(Matrix::from_gptq_with(&int8, &w2).is_err());
     assert_eq!(Matrix::from_gptq(&w2).unwrap().family(), Family::F32);
+}
+
+/// Activations quantized for one act-order matrix are refused by another
+/// with a different permutation (the q / k / v projections of a GPTQ model
+/// each have their own), and taken by one with the same.
+#[test]
+fn shared_inputs_respect_act_order() {
+    use kgen::format::gptq::random_gptq;
+    use kgen_runtime::{Family, GptqLayer, Group};
+    if !common::i8_format_built("q8_0") {
+        return;
+    }
+    let int8 = Registry::builtin().with_family(Some(Family::Int8));
+    let (k, n) = (128, 24);
+    let layer = |seed: u64, perm: Option<Vec<u32>>| {
+        let layer = GptqLayer {
+            matrix: random_gptq(k, n, 8, Group::Size(32), seed),
+            perm,
+        };
+        Matrix::from_gptq_layer_with(&int8, layer).unwrap()
+    };
+    let rev: Vec<u32> = (0..k as u32).rev().collect();
+    let (a, b, c, plain) = (
+        layer(1, Some(rev.clone())),
+        layer(2, Some(rev)),
+        layer(3, Some((0..k as u32).map(|i| i ^ 1).collect())),
+        layer(4, None),
+    );
+    let x = Rng::new(9).vec_f32(2 * k);
+    let input = a.quantize_input(&x, 2).unwrap();
+    assert!(a.accepts(&input) && b.accepts(&input));
+    assert!(!c.accepts(&input) && !plain.accepts(&input));
+    let mut y = vec![0f32; 2 * n];
+    assert!(c.gemm_input(&input, &mut y).is_err());
+    let mut want = vec![0f32; 2 * n];
+    b.gemm(&x, 2, &mut want).unwrap();
+    b.gemm_input(&input, &mut y).unwrap();
+    assert_eq!(y, want);
 }
 
 /// 4-bit GPTQ whose `s z` leaves f16's range cannot be Q4_1 blocks: asked

@@ -9,6 +9,7 @@ use crate::pool::{self, Pool};
 use kgen::format::ggml::{GgmlView, QK};
 use kgen::layout::act::{ActFormat, QuantizedActivations};
 use kgen::layout::int8::{I8Layout, I8Packed};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A weight matrix `W` (K x N, `y = x W`) packed for an int8-activation kernel.
@@ -23,7 +24,10 @@ pub(crate) struct Int8Matrix {
     act: [ActQuantizer; 2],
     /// Act-order (GPTQ): row `j` of the packed matrix is row `perm[j]` of
     /// the caller's, so activations are gathered in that order first.
-    perm: Option<Vec<u32>>,
+    perm: Option<Arc<[u32]>>,
+    /// Zero-point terms the blocks cannot hold (8-bit GPTQ), added in f32
+    /// after the kernel (see [`GroupMins`]).
+    group_mins: Option<GroupMins>,
     repack_seconds: f64,
 }
 
@@ -121,6 +125,7 @@ impl Int8Matrix {
             gemm_p,
             act: [act::for_kernel(&gemv), act::for_kernel(&gemm)],
             perm: None,
+            group_mins: None,
             repack_seconds,
         })
     }
@@ -160,7 +165,25 @@ impl Int8Matrix {
         if let Some(p) = &perm {
             crate::gptq_file::check_permutation(p, self.layout.k)?;
         }
-        self.perm = perm;
+        self.perm = perm.map(Arc::from);
+        Ok(())
+    }
+
+    /// Sets the zero-point terms (see [`GroupMins`]).
+    pub(crate) fn set_group_mins(&mut self, mins: GroupMins) -> Result<(), Error> {
+        let l = &self.layout;
+        let groups = l.k_pad.div_ceil(mins.group);
+        if !mins.group.is_multiple_of(QK) || mins.c.len() != groups * l.n {
+            return Err(Error::Shape(format!(
+                "group terms for groups of {} hold {} values, a {}x{} matrix needs {}",
+                mins.group,
+                mins.c.len(),
+                l.k,
+                l.n,
+                groups * l.n
+            )));
+        }
+        self.group_mins = Some(mins);
         Ok(())
     }
 
@@ -192,7 +215,37 @@ impl Int8Matrix {
         if m > 0 {
             self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
         }
-        QuantizedInput { fmt, k: l.k, m, xa }
+        // f32 sums per 32-block, for the zero-point terms.
+        let sums = match self.group_mins {
+            Some(_) => x
+                .chunks_exact(l.k)
+                .flat_map(|row| row.chunks(QK).map(|b| b.iter().sum::<f32>()))
+                .collect(),
+            None => Vec::new(),
+        };
+        QuantizedInput {
+            fmt,
+            k: l.k,
+            m,
+            perm: self.perm.clone(),
+            sums,
+            xa,
+        }
+    }
+
+    /// Whether `input` was quantized the way this matrix reads it: same K,
+    /// activation format and act-order permutation, with the block sums
+    /// its zero-point terms need.
+    pub(crate) fn accepts(&self, input: &QuantizedInput) -> bool {
+        let same_perm = match (&self.perm, &input.perm) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+            _ => false,
+        };
+        input.k == self.layout.k
+            && input.fmt == self.act_format(input.m)
+            && same_perm
+            && (self.group_mins.is_none() || input.sums.len() == input.m * self.layout.k_pad / QK)
     }
 
     /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
@@ -224,13 +277,21 @@ impl Int8Matrix {
         let l = &self.layout;
         let m = input.m;
         crate::panels::check_shape(l.k, l.n, m, m * input.k, y.len())?;
-        if input.k != l.k || input.fmt != self.act_format(m) {
+        if !self.accepts(input) {
             return Err(Error::Shape(format!(
-                "activations quantized for K = {} ({:?}) do not fit this matrix (K = {}, {:?}):                  quantize them with this matrix's quantize_input",
+                "activations quantized for K = {} ({:?}, act-order {}) do not fit this matrix \
+                 (K = {}, {:?}, act-order {}{}): quantize them with this matrix's quantize_input",
                 input.k,
                 input.fmt,
+                input.perm.is_some(),
                 l.k,
-                self.act_format(m)
+                self.act_format(m),
+                self.perm.is_some(),
+                if self.group_mins.is_some() {
+                    ", zero-point sums"
+                } else {
+                    ""
+                }
             )));
         }
         if m == 0 {
@@ -281,7 +342,42 @@ impl Int8Matrix {
                 }
             },
         );
+        if let Some(gm) = &self.group_mins {
+            gm.add(&input.sums, m, k_pad / QK, l.n, y);
+        }
         Ok(())
+    }
+}
+
+/// Zero-point terms of a format whose blocks hold only a scale (8-bit GPTQ
+/// on Q8_0 blocks): `W[i][j] = s (q - z) = s (q - 128) + s (128 - z)`, the
+/// first part in the blocks, the second, `c[g][j] = s (128 - z)` per group
+/// `g` of `group` values and column `j`, here. The kernel's `y` gets
+/// `sum_g X[g] c[g][j]` added, `X[g]` the f32 sum of the group's
+/// activations: `groups / K` of the kernel's work (1/128 for g128).
+pub(crate) struct GroupMins {
+    /// Values per group along K (a multiple of 32; K rounded up for a
+    /// single group per column).
+    pub(crate) group: usize,
+    /// `groups x N`, row-major.
+    pub(crate) c: Vec<f32>,
+}
+
+impl GroupMins {
+    /// Adds the terms to `y` (`m x n`) from `sums`, the f32 sums of each
+    /// 32-block of the (permuted) activations (`m x blocks`).
+    fn add(&self, sums: &[f32], m: usize, blocks: usize, n: usize, y: &mut [f32]) {
+        let per = self.group / QK;
+        for (row, y) in sums.chunks_exact(blocks).zip(y.chunks_exact_mut(n)).take(m) {
+            for (g, c) in self.c.chunks_exact(n).enumerate() {
+                let x: f32 = row[(g * per).min(blocks)..((g + 1) * per).min(blocks)]
+                    .iter()
+                    .sum();
+                for (y, c) in y.iter_mut().zip(c) {
+                    *y += x * c;
+                }
+            }
+        }
     }
 }
 
@@ -291,5 +387,10 @@ pub(crate) struct QuantizedInput {
     pub(crate) fmt: ActFormat,
     pub(crate) k: usize,
     pub(crate) m: usize,
+    /// The act-order permutation the rows were gathered by.
+    pub(crate) perm: Option<Arc<[u32]>>,
+    /// f32 sums per 32-block (`m x K_pad / 32`), for matrices with
+    /// [`GroupMins`]; empty otherwise.
+    pub(crate) sums: Vec<f32>,
     pub(crate) xa: QuantizedActivations,
 }
