@@ -64,12 +64,12 @@ fn main() -> Result<(), kgen_runtime::Error> {
             }
         }
     }
-    let bytes = (k * n / 2) as f64; // 4-bit levels, as the file stores them
+    let bytes = (k * n) as f64 * bits as f64 / 8.0; // levels, as the file stores them
     for (t, (f, m)) in times.iter_mut().zip(&paths) {
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
         println!(
-            "{f:>4}: GEMV {k}x{n} g{group:?} {} thread(s): median {:.1} us, {:.1} GB/s of 4-bit levels, {:.1} GFLOPS ({} packed bytes)",
+            "{f:>4}: GEMV {k}x{n} g{group:?} {} thread(s): median {:.1} us, {:.1} GB/s of {bits}-bit levels, {:.1} GFLOPS ({} packed bytes)",
             pool.threads(),
             med * 1e6,
             bytes / med / 1e9,
