@@ -47,8 +47,22 @@ fn neon_first_then_portable_for_every_format() {
             assert_eq!(portable.target, "generic-aarch64-portable");
             assert!(portable.features.is_empty());
         }
-        let (gemv, gemm) = reg.with_isa(None).select_pair(format).unwrap();
+        let f32 = reg.with_isa(None).with_family(Some(Family::F32));
+        let (gemv, gemm) = f32.select_pair(format).unwrap();
         assert_eq!((gemv.isa, gemm.isa), ("neon", "neon"));
+        // Unasked, 4- and 8-bit GPTQ go to the int8 family where it has
+        // SIMD (sdot / smmla) here, every other f32 format stays on NEON.
+        let (gemv, _) = reg.with_isa(None).select_pair(format).unwrap();
+        let int8 = reg.with_isa(None).with_family(Some(Family::Int8));
+        let int8_simd = format.families().len() > 1
+            && int8
+                .select_pair(format)
+                .is_ok_and(|(e, _)| e.isa != "portable");
+        if int8_simd {
+            assert_eq!(gemv.family(), Family::Int8, "{format}");
+        } else {
+            assert_eq!(gemv.isa, "neon", "{format}");
+        }
     }
 }
 
