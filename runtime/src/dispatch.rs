@@ -82,8 +82,8 @@ impl Registry {
     }
 
     /// A copy whose selections use `family` only (`None`: dispatch's
-    /// order, see [`Registry::select_pair`]). 4-bit GPTQ runs on the int8
-    /// family (its Q4_1 kernels) where that has SIMD here; to keep the f32
+    /// order, see [`Registry::select_pair`]). 4- and 8-bit GPTQ run on the
+    /// int8 family (its Q4_1 / Q8_0 kernels) where that has SIMD here; to keep the f32
     /// family's exact activations: `Matrix::from_gptq_with(
     /// &Registry::builtin().with_family(Some(Family::F32)), &w)`.
     pub fn with_family(&self, family: Option<Family>) -> Registry {
@@ -128,9 +128,9 @@ impl Registry {
     /// Kernels this CPU runs for `op` on `format`, best first, of the first
     /// family in selection order that has any (see [`Registry::select_pair`]).
     pub fn runnable(&self, format: WeightFormat, op: Op) -> Vec<KernelEntry> {
-        // The first family in selection order that has any: for 4-bit GPTQ
-        // the int8 family's Q4_1 kernels where they have SIMD here, else
-        // the f32 family's, unless `with_family` asks for one.
+        // The first family in selection order that has any: for 4- and
+        // 8-bit GPTQ the int8 family's Q4_1 / Q8_0 kernels where they have
+        // SIMD here, else the f32 family's, unless `with_family` asks.
         self.family_order(format.families())
             .into_iter()
             .map(|(_, kf)| self.table.get(&(kf, op)).cloned().unwrap_or_default())
@@ -180,8 +180,8 @@ impl Registry {
 
     /// `families` in the order selection tries them: the one family of
     /// [`Registry::with_family`] if set; else, where the int8 family can run
-    /// the format too (4-bit GPTQ, through its Q4_1 kernels), the int8
-    /// family first when its kernel here multiplies with SIMD int8 dot
+    /// the format too (4- and 8-bit GPTQ, through its Q4_1 / Q8_0
+    /// kernels), the int8 family first when its kernel here multiplies with SIMD int8 dot
     /// products (any ISA but `portable`), the format's own family first
     /// otherwise.
     ///

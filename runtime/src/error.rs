@@ -28,6 +28,21 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The same error, its message led by `at` (where it happened: a file,
+    /// a layer).
+    pub(crate) fn prefixed(self, at: &str) -> Error {
+        let lead = |m: String| format!("{at}{m}");
+        match self {
+            Error::Shape(m) => Error::Shape(lead(m)),
+            Error::Format(m) => Error::Format(lead(m)),
+            Error::Unsupported(m) => Error::Unsupported(lead(m)),
+            Error::NoKernel(m) => Error::NoKernel(lead(m)),
+            Error::Load(m) => Error::Load(lead(m)),
+        }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

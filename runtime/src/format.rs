@@ -164,8 +164,8 @@ impl WeightFormat {
     }
 
     /// The format's own family (the first of [`WeightFormat::families`]):
-    /// f32 for GPTQ, whose 4-bit formats dispatch may still run on the
-    /// int8 family ([`crate::Registry::select_pair`]).
+    /// f32 for GPTQ, whose 4- and 8-bit formats dispatch may still run on
+    /// the int8 family ([`crate::Registry::select_pair`]).
     pub fn family(self) -> Family {
         match self {
             WeightFormat::Gptq { .. } => Family::F32,

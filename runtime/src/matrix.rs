@@ -31,10 +31,11 @@ use std::path::Path;
 /// ([`WeightFormat::families`]): the GGUF formats of the format table and kgen's
 /// symmetric groups run on the int8 family (activations quantized to int8 per
 /// 32-block on each call); GPTQ formats, which have zero points, on the f32
-/// family, except 4-bit GPTQ with groups of a multiple of 32 (or per
-/// column), which runs on the int8 family's Q4_1 kernels (zero points as
-/// mins) wherever those have SIMD dot products on this CPU: about 3x
-/// faster, with int8 activations' error. [`Registry::with_family`] picks a
+/// family, except 4- and 8-bit GPTQ with groups of a multiple of 32 (or
+/// per column), which run on the int8 family's Q4_1 kernels (zero points
+/// as mins) or Q8_0 kernels (zero-point terms added after the kernel)
+/// wherever those have SIMD dot products on this CPU: faster (about 3x for
+/// 4-bit), with int8 activations' error. [`Registry::with_family`] picks a
 /// family explicitly. Within the family, the best ISA this CPU runs, or
 /// the one `KGEN_FORCE_ISA` (or [`Registry::with_isa`]) forces: a forced ISA
 /// the CPU or the build lacks is an error. [`Matrix::kernel`] and the
@@ -149,16 +150,8 @@ impl Matrix {
     ) -> Result<Matrix, Error> {
         let layer = gptq_file::load_gptq(path.as_ref(), prefix, opts)?;
         // The file loaded; what the kernels refuse is still about its layer.
-        Self::from_gptq_layer_with(registry, layer).map_err(|e| {
-            let at = format!("{}: layer {prefix:?}: ", path.as_ref().display());
-            match e {
-                Error::Shape(m) => Error::Shape(at + &m),
-                Error::Format(m) => Error::Format(at + &m),
-                Error::Unsupported(m) => Error::Unsupported(at + &m),
-                Error::NoKernel(m) => Error::NoKernel(at + &m),
-                Error::Load(m) => Error::Load(at + &m),
-            }
-        })
+        Self::from_gptq_layer_with(registry, layer)
+            .map_err(|e| e.prefixed(&format!("{}: layer {prefix:?}: ", path.as_ref().display())))
     }
 
     /// Quantizes f32 weights (`k x n` row-major) to `format`, a
@@ -268,8 +261,9 @@ impl Matrix {
         Ok(Matrix { format, backend })
     }
 
-    /// 4-bit GPTQ as Q4_1 blocks on an int8-family pair; `Unsupported` if
-    /// the weights do not fit those blocks.
+    /// 4-bit GPTQ as Q4_1 blocks, 8-bit as Q8_0 blocks with their
+    /// zero-point terms, on an int8-family pair; `Unsupported` if the
+    /// weights do not fit those blocks.
     fn gptq_int8(
         m: &GptqMatrix,
         perm: Option<Vec<u32>>,
@@ -279,14 +273,11 @@ impl Matrix {
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
         let (blocks, mins) = match m.bits {
-            4 => (gptq_as_q4_1(m), None),
-            8 => match gptq_as_q8_0(m) {
-                Some((b, mins)) => (Some(b), Some(mins)),
-                None => (None, None),
-            },
-            _ => (None, None),
-        };
-        let blocks = blocks.ok_or_else(|| not_packable(format, &gemv))?;
+            4 => gptq_as_q4_1(m).map(|b| (b, None)),
+            8 => gptq_as_q8_0(m).map(|(b, mins)| (b, Some(mins))),
+            _ => None,
+        }
+        .ok_or_else(|| not_packable(format, &gemv))?;
         blocks.validate().map_err(|e| {
             Error::Unsupported(format!(
                 "{format} weights do not fit the int8 kernel {}'s {} blocks, which hold \

@@ -48,7 +48,8 @@ impl Int8Matrix {
     /// (same layout, runnable here). `m` has been validated
     /// ([`kgen::format::ggml::GgmlMatrix::validate`]): a file's tensors
     /// when they are mapped, other matrices by the caller, so a file's
-    /// bytes are read once before the repack, not twice. `k` is the caller's K: `m.k` rounded up
+    /// bytes are read once before the repack, not twice. `k` is the
+    /// caller's K: `m.k` rounded up
     /// to whole 32-blocks with zero weights, as [`crate::Matrix::from_f32`]
     /// quantizes; activations are padded the same way.
     pub(crate) fn pack(
