@@ -21,9 +21,9 @@ fn open_list_load_one_and_load_all() {
         quantized(64, 16, GgmlType::Q4_0, 1),
         quantized(96, 24, GgmlType::Q8_0, 2),
     );
-    // A Q2_K tensor (type 10), which no kernel runs yet (a min per 16
-    // values): 512 values, 168 bytes.
-    let k_quant = [0u8; 168];
+    // An IQ2_XXS tensor (type 16), which no kernel runs: 512 values, 132
+    // bytes.
+    let k_quant = [0u8; 132];
     fn raw<'a>(name: &'a str, m: &'a GgmlMatrix) -> (&'a str, u32, [usize; 2], &'a [u8]) {
         (name, m.dtype.id(), [m.k, m.n], m.data.as_slice())
     }
@@ -31,7 +31,7 @@ fn open_list_load_one_and_load_all() {
         raw("blk.0.a", &a),
         raw("blk.0.b", &b),
         ("norm", GgmlType::F32.id(), [32, 2], &[0u8; 32 * 2 * 4]),
-        ("blk.0.kq", 10, [256, 2], &k_quant),
+        ("blk.0.kq", 16, [256, 2], &k_quant),
     ]);
     std::fs::write(&path, image).unwrap();
 
@@ -47,7 +47,7 @@ fn open_list_load_one_and_load_all() {
             ("blk.0.a".into(), "Q4_0".into(), vec![64, 16]),
             ("blk.0.b".into(), "Q8_0".into(), vec![96, 24]),
             ("norm".into(), "F32".into(), vec![32, 2]),
-            ("blk.0.kq".into(), "Q2_K".into(), vec![256, 2]),
+            ("blk.0.kq".into(), "IQ2_XXS".into(), vec![256, 2]),
         ]
     );
 
@@ -60,7 +60,7 @@ fn open_list_load_one_and_load_all() {
     alone.gemv(&x, &mut y2).unwrap();
     assert_eq!(y1, y2);
     let e = model.matrix("blk.0.kq").unwrap_err();
-    assert!(e.to_string().contains("Q2_K"), "{e}");
+    assert!(e.to_string().contains("IQ2_XXS"), "{e}");
     assert!(matches!(model.matrix("nope"), Err(Error::Load(_))));
 
     // All of them: the two quantized matrices, the K-quant reported, the

@@ -47,17 +47,28 @@ pub struct Int8Repack {
     /// sub-block through the activation sums, never per weight.
     pub mins: bool,
     /// Scales per 32-value sub-block: 1, or 2 where the format scales each
-    /// 16 values (Q6_K); `sub_scale` then indexes 16-value sub-blocks and
-    /// the kernels fold each half of a block on its own. Not with mins (the
-    /// activation sums are per 32 values).
+    /// 16 values (Q6_K, Q3_K, Q2_K); `sub_scale` then indexes 16-value
+    /// sub-blocks and the kernels fold each half of a block on its own.
+    /// With mins (Q2_K) the activations carry a sum per 16 values too.
     pub scales_per_block: usize,
 }
 
 impl Int8Repack {
     /// f16 entries per column and 32-value block in the int8 layout's scale
-    /// stream: its scales, then its min where the format has mins.
+    /// stream: its scales, then as many mins where the format has mins.
     pub fn scale_entries(&self) -> usize {
-        self.scales_per_block + usize::from(self.mins)
+        self.scales_per_block * (1 + usize::from(self.mins))
+    }
+
+    /// Activation level sums per 32-value block the kernels read: one per
+    /// min where the format has mins (2 for Q2_K's per-16 mins), else one
+    /// (the offset correction, where there is one).
+    pub fn sums_per_block(&self) -> usize {
+        if self.mins {
+            self.scales_per_block
+        } else {
+            1
+        }
     }
 }
 

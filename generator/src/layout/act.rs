@@ -7,9 +7,10 @@ use crate::layout::align::round_up;
 use crate::layout::int8::{block_levels, stored_scale};
 
 /// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
-/// levels, `m x blocks` scales, and `m x blocks` corrections
+/// levels, `m x blocks` scales, and `m x blocks x sums` corrections
 /// `bias * sum(q)` (the format's level offset: 8 for Q4_0, 0 for 8-bit and
-/// IQ4_NL codebook weights).
+/// IQ4_NL codebook weights; 1 for formats with mins, per half block where
+/// they have a min per 16 values).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
     pub q: Vec<i8>,
@@ -33,6 +34,9 @@ pub struct ActFormat {
     pub row_pairs: bool,
     /// Factor on the stored scales (1/16 for signed-nibble weights).
     pub scale: f32,
+    /// Sums per block in `c`: 1, or 2 (of values 0..16 and 16..32) for
+    /// weights with a min per 16 values (Q2_K).
+    pub sums: usize,
 }
 
 impl ActFormat {
@@ -42,6 +46,7 @@ impl ActFormat {
             bias: act_bias(format),
             row_pairs: false,
             scale: 1.0,
+            sums: format.format().int8.map_or(1, |r| r.sums_per_block()),
         }
     }
 
@@ -126,8 +131,9 @@ pub fn quantize_with(
     out.q.resize(rows * k_pad, 0);
     out.d.clear();
     out.d.resize(rows * blocks * d_per_row, 0.0);
+    let sums = fmt.sums;
     out.c.clear();
-    out.c.resize(m * blocks, 0);
+    out.c.resize(m * blocks * sums, 0);
     for r in 0..m {
         let row = &x[r * k..(r + 1) * k];
         let (pair, odd) = (r / 2, r % 2);
@@ -156,7 +162,17 @@ pub fn quantize_with(
                 out.q[r * k_pad + lo..r * k_pad + lo + QK].copy_from_slice(&q);
                 out.d[r * blocks + b] = d * fmt.scale;
             }
-            out.c[r * blocks + b] = bias * sum;
+            if sums == 1 {
+                out.c[r * blocks + b] = bias * sum;
+            } else {
+                let at = (r * blocks + b) * sums;
+                for (c, part) in out.c[at..at + sums]
+                    .iter_mut()
+                    .zip(q.chunks_exact(QK / sums))
+                {
+                    *c = bias * part.iter().map(|&v| i32::from(v)).sum::<i32>();
+                }
+            }
         }
     }
 }
@@ -248,7 +264,8 @@ pub fn reference_i8<D: AsRef<[u8]>>(
                         .zip(&xs[range.clone()])
                         .map(|(&l, &x)| fmt.level_value(l) as i64 * x as i64)
                         .sum();
-                    let sum: i64 = xs.iter().map(|&x| x as i64).sum();
+                    // The min of a part multiplies that part's level sum.
+                    let sum: i64 = xs[range.clone()].iter().map(|&x| x as i64).sum();
                     // Only where there are mins: 0 * inf would turn an infinite
                     // activation scale's output NaN.
                     let dx = xa.d[r * xb + b] as f64;

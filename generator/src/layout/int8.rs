@@ -187,7 +187,8 @@ impl I8Layout {
     }
 
     /// Whether the format has mins: the scale stream then holds, per tile
-    /// and block, the tile's `TW` scales followed by its `TW` mins.
+    /// and block, the tile's `TW` scales followed by its `TW` mins (each
+    /// `scales_per_block` times: both halves' scales, then both mins).
     pub fn mins(&self) -> bool {
         self.format.format().int8.is_some_and(|r| r.mins)
     }
@@ -198,7 +199,7 @@ impl I8Layout {
     }
 
     /// f16 entries of the scale stream per column and block: its scales,
-    /// then its min where the format has mins.
+    /// then as many mins where the format has mins.
     pub fn scale_entries(&self) -> usize {
         self.format.format().int8.map_or(1, |r| r.scale_entries())
     }
@@ -390,7 +391,7 @@ impl I8Layout {
                                             let (d, m) = (repack.sub_scale)(block, sub * spb + h);
                                             tile_sc[col + h * tw] = d;
                                             if repack.mins {
-                                                tile_sc[col + spb * tw] = m;
+                                                tile_sc[col + (spb + h) * tw] = m;
                                             }
                                         }
                                         level_chunks(
@@ -589,6 +590,7 @@ mod tests {
             bias: 8,
             row_pairs: true,
             scale: 0.0625,
+            sums: 1,
         };
         let pairs = quantize_activations_as(&x, 3, 70, 96, fmt);
         assert_eq!(pairs.q.len(), 4 * 96);

@@ -45,19 +45,10 @@ impl I8Spec {
     pub fn for_format(op: Op, format: &'static Format) -> Result<I8Spec, SpecError> {
         if format
             .int8
-            .is_some_and(|r| r.mins && r.scales_per_block > 1)
+            .is_some_and(|r| r.scales_per_block > 1 && r.layout_bits == 5)
         {
             return Err(SpecError(format!(
-                "{} has a min per 16 values: the int8 family's activation sums are per 32",
-                format.name
-            )));
-        }
-        if format
-            .int8
-            .is_some_and(|r| r.scales_per_block > 1 && r.layout_bits != 8)
-        {
-            return Err(SpecError(format!(
-                "{} has a scale per 16 values: the int8 family folds half blocks on 8-bit layouts only",
+                "{} has a scale per 16 values: the int8 family folds half blocks on 4- and 8-bit layouts only",
                 format.name
             )));
         }
@@ -102,6 +93,12 @@ impl I8Spec {
     /// values (Q6_K), whose kernels fold each half of a block on its own.
     pub fn scales_per_block(&self) -> usize {
         self.format.int8.map_or(1, |r| r.scales_per_block)
+    }
+
+    /// Activation level sums per block (2 where a format has a min per 16
+    /// values, Q2_K): the step of the kernels' `xc`.
+    pub fn sums_per_block(&self) -> usize {
+        self.format.int8.map_or(1, |r| r.sums_per_block())
     }
 
     /// 4-bit codebook indices (IQ4_NL): looked up to signed int8 levels.

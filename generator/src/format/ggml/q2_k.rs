@@ -6,13 +6,18 @@
 //! `(d * sc) * q - (dmin * m)`, each product rounded to f32 first, with the
 //! scale and min of sub-block `f / 16`.
 //!
-//! The int8 family does not run it yet (its sub-blocks are 16 values).
+//! The int8 family runs it on the 4-bit layout with unsigned levels (0..4)
+//! and two scales and two mins per 32 values (`d * sc` and `-(dmin * m)` of
+//! each 16, rounded to f16): each half of a block is folded on its own and
+//! its min added through the activations' sum of that half. (4 bits per
+//! level for a 2-bit format: a 2-bit layout would stream half the level
+//! bytes.)
 
 use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale_min, quantize_scales, requantize_min, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Levels};
+use crate::format::row::{Format, Int8Repack, Levels, QK};
 
 pub const Q2_K: Format = Format {
     tag: "q2_k",
@@ -26,8 +31,27 @@ pub const Q2_K: Format = Format {
     levels: Levels::Offset(0),
     dequantize,
     quantize,
-    int8: None,
+    int8: Some(Int8Repack {
+        layout_bits: 4,
+        block_levels: sub_levels,
+        sub_scale: sub16_scale,
+        mins: true,
+        scales_per_block: 2,
+    }),
 };
+
+/// The stored levels (0..4) of 32-value sub-block `s`, in order along K.
+fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
+    std::array::from_fn(|i| level(blk, QK * s + i))
+}
+
+/// The int8 row's scale and min of 16-value sub-block `s`: `d * sc_s` and
+/// `-(dmin * m_s)` in f32, so that its weights are `scale * q + min` bit
+/// for bit as gguf-py's `(d * sc) * q - (dmin * m)` (for finite scales).
+fn sub16_scale(blk: &[u8], s: usize) -> (f32, f32) {
+    let (d, dmin) = (read_f16(&blk[D..]), read_f16(&blk[D + 2..]));
+    (d * (blk[s] & 0x0F) as f32, -(dmin * (blk[s] >> 4) as f32))
+}
 
 /// Values per sub-block.
 const SUB: usize = 16;
@@ -138,6 +162,36 @@ mod tests {
             let want = (0.125 * s as f32) * lv[f] as f32 - dmin * (15 - s) as f32;
             assert_eq!(w[f].to_bits(), want.to_bits(), "value {f}");
         }
+    }
+
+    #[test]
+    fn int8_row_gives_the_weights_bit_for_bit() {
+        // Random blocks, d and dmin across f16's range: each 32 values'
+        // levels and each 16's scale and min give gguf-py's weights.
+        let mut rng = Rng::new(21);
+        let row = Q2_K.int8.expect("int8 row");
+        let mut w = [0f32; QK_K];
+        for t in 0..300 {
+            let mut b: Vec<u8> = (0..84).map(|_| rng.below(256) as u8).collect();
+            for at in [D, D + 2] {
+                let v = 2f32.powi(rng.below(40) as i32 - 24) * rng.f32();
+                b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+            }
+            dequantize(&b, &mut w);
+            for s in 0..QK_K / QK {
+                for (i, q) in (row.block_levels)(&b, s).into_iter().enumerate() {
+                    let f = QK * s + i;
+                    let (d, m) = (row.sub_scale)(&b, f / 16);
+                    assert_eq!(q, level(&b, f));
+                    assert_eq!(
+                        (d * q as f32 + m).to_bits(),
+                        w[f].to_bits(),
+                        "block {t} value {f}"
+                    );
+                }
+            }
+        }
+        assert_eq!((row.scale_entries(), row.sums_per_block()), (4, 2));
     }
 
     #[test]

@@ -100,6 +100,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
         );
         for g in 0..chunks {
+            // A scale per 16 values (Q2_K): chunks 0 and 1 hold values 0..16.
+            if g == chunks / scales_per_block && g > 0 {
+                halves.push(std::mem::take(&mut block));
+            }
             for t in 0..t_sub {
                 let (wv, lo, hi) = (
                     format_ident!("w_{}", t),
@@ -168,7 +172,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
             let (off, moff) = (
                 lit(h * t_u * l + t * l),
-                lit(scales_per_block * t_u * l + t * l),
+                lit((scales_per_block + h) * t_u * l + t * l),
             );
             fold.extend(quote! { let #s = ops::scales(sc.add(#off)); });
             if mins {
@@ -181,7 +185,15 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let row = lit(r);
             fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
             if isa.removes_offset(&p.spec) || mins {
-                fold.extend(quote! { let #c = ops::splati(xc.add(#row * ldb)); });
+                // The sum of this part of the block: per half with per-16 mins.
+                let at = match p.spec.sums_per_block() {
+                    1 => quote! { #row * ldb },
+                    n => {
+                        let (n, h) = (lit(n), lit(h));
+                        quote! { #row * ldb * #n + #h }
+                    }
+                };
+                fold.extend(quote! { let #c = ops::splati(xc.add(#at)); });
             }
             if mins {
                 fold.extend(min_factors(signed, &dx, &quote! { #c }, &sx, &sb));

@@ -64,6 +64,8 @@ pub(crate) fn micro_fn(
         lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
+    // One activation sum per block, or one per half for per-16 mins.
+    let c_step = lit(p.spec.sums_per_block());
     let attrs = fn_attrs(isa);
     // The plane of fifth bits, in the same tile as `w`: the same step.
     let (wh_param, wh_step) = if plane_pointer(p, isa) {
@@ -94,7 +96,7 @@ pub(crate) fn micro_fn(
                     sc = sc.add(#sstep);
                     xq = xq.add(#x_step);
                     xd = xd.add(#d_step);
-                    xc = xc.add(1);
+                    xc = xc.add(#c_step);
                 }
                 #store
             }
@@ -103,8 +105,8 @@ pub(crate) fn micro_fn(
 }
 
 /// f16 entries per column and block in the scale stream: the scales (one
-/// per 32 or per 16 values), then the min where the format has mins, each
-/// as `TW` entries of the tile.
+/// per 32 or per 16 values), then as many mins where the format has mins,
+/// each as `TW` entries of the tile.
 pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
     spec.format.int8.map_or(1, |r| r.scale_entries())
 }

@@ -153,7 +153,13 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             body.extend(min_factors(
                 signed,
                 &format_ident!("dx"),
-                &quote! { ops::splat_pair(xc, xc) },
+                &if p.spec.sums_per_block() == 1 {
+                    quote! { ops::splat_pair(xc, xc) }
+                } else {
+                    // This half's sum (per-16 mins).
+                    let h = lit(h);
+                    quote! { ops::splat_pair(xc.add(#h), xc.add(#h)) }
+                },
                 &sx,
                 &sb,
             ));
@@ -162,7 +168,7 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         for v in 0..t_sub / 2 {
             let (f, a, b) = (fv(v), iv(2 * v), iv(2 * v + 1));
             let (s, off) = (format_ident!("s_{}", v), lit(h * tw + 4 * v));
-            let (mn, moff) = (format_ident!("mn_{}", v), lit(spb * tw + 4 * v));
+            let (mn, moff) = (format_ident!("mn_{}", v), lit((spb + h) * tw + 4 * v));
             let sum = if isa.removes_offset(&p.spec) {
                 quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
             } else {
@@ -274,7 +280,7 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
             let (s, off) = (format_ident!("s_{}", t), lit(h * tw + 2 * t));
             body.extend(quote! { let #s = ops::scales_pair(sc.add(#off)); });
             if mins {
-                let (mn, moff) = (format_ident!("mn_{}", t), lit(spb * tw + 2 * t));
+                let (mn, moff) = (format_ident!("mn_{}", t), lit((spb + h) * tw + 2 * t));
                 body.extend(quote! { let #mn = ops::scales_pair(sc.add(#moff)); });
             }
         }
@@ -299,8 +305,16 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
                     lit(2 * q),
                     lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
                 );
-                let c =
-                    quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) };
+                let c = match p.spec.sums_per_block() {
+                    1 => {
+                        quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) }
+                    }
+                    n => {
+                        // This half's sums (per-16 mins): n per block.
+                        let (n, h) = (lit(n), lit(h));
+                        quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4) * #n + #h), xc.add(#r1 * (ldb / 4) * #n + #h)) }
+                    }
+                };
                 body.extend(min_factors(signed, &dx, &c, &sx, &sb));
             }
             for t in 0..t_sub {

@@ -43,8 +43,9 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 "4-bit codebook indices, table lookup to signed int8".to_string()
             } else if p.spec.mins() {
                 format!(
-                    "{}-bit unsigned levels, a scale and a min per 32 values{}",
+                    "{}-bit unsigned levels, a scale and a min per {} values{}",
                     p.spec.bits(),
+                    32 / p.spec.scales_per_block(),
                     if isa.signed_levels(&p.spec) {
                         " (read as signed nibbles, 8 d added back with the min)"
                     } else {
@@ -338,6 +339,14 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     } else {
         (quote! { r }, lit(32), lit(1))
     };
+    // The row's activation sums: one per block, or per half block.
+    let xc_row = match p.spec.sums_per_block() {
+        1 => quote! { xc.add(r * blocks + b0) },
+        s => {
+            let s = lit(s);
+            quote! { xc.add((r * blocks + b0) * #s) }
+        }
+    };
     let (ldx_mul, ldb_mul) = if isa.mmla && p.tile.m_r > 1 {
         (lit(2), lit(4))
     } else {
@@ -371,7 +380,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                         let mut r = 0;
                         while r < m {
                             let rows = #m_r.min(m - r);
-                            let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), xc.add(r * blocks + b0));
+                            let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), #xc_row);
                             for idx in 0..pw / #tw * #subs {
                                 let (tile, sub) = (idx / #subs, idx % #subs);
                                 let c = p * T_B + tile * #tw + sub * #sub_cols;
