@@ -30,10 +30,11 @@ fn write(path: &Path, tensors: &[(&str, &GgmlMatrix)]) {
 fn a_supported_file_is_ok_with_check_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ok.gguf");
-    let (a, b, c) = (
+    let (a, b, c, d) = (
         quantized(64, 16, GgmlType::Q4_0, 1),
         quantized(64, 16, GgmlType::Q4_0, 2),
         quantized(96, 40, GgmlType::Q8_0, 3),
+        quantized(512, 24, GgmlType::Q2_K, 4),
     );
     let norm = GgmlMatrix {
         k: 32,
@@ -41,18 +42,23 @@ fn a_supported_file_is_ok_with_check_and_json() {
         dtype: GgmlType::F32,
         data: vec![0; 32 * 4],
     };
-    write(&path, &[("a", &a), ("b", &b), ("c", &c), ("norm", &norm)]);
+    write(
+        &path,
+        &[("a", &a), ("b", &b), ("c", &c), ("d", &d), ("norm", &norm)],
+    );
     let p = path.to_str().unwrap();
     let (code, out, err) = inspect(&[p, "--check"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("Q4_0") && out.contains("2 tensor(s)"), "{out}");
     assert!(out.contains("shapes 64x16 x2"), "{out}");
     assert!(
-        out.contains("kernel q4_0_gemv_") && out.contains("kernel q8_0_gemv_"),
+        out.contains("kernel q4_0_gemv_")
+            && out.contains("kernel q8_0_gemv_")
+            && out.contains("kernel q2_k_gemv_"),
         "{out}"
     );
     assert!(out.contains("not a matrix"), "{out}");
-    assert_eq!(out.matches("GEMV max relative error").count(), 2, "{out}");
+    assert_eq!(out.matches("GEMV max relative error").count(), 3, "{out}");
 
     let (code, out, _) = inspect(&[p, "--check", "--json"]);
     assert_eq!(code, 0);
@@ -69,12 +75,15 @@ fn a_supported_file_is_ok_with_check_and_json() {
 fn unsupported_types_and_bad_files_fail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kq.gguf");
-    // Q2_K (type 10), which kgen has no kernel for: 512 values, 168 bytes.
-    let bytes = gguf_image_raw(&[("kq", 10, [256, 2], &[0u8; 168])]);
+    // IQ2_XXS (type 16), which kgen has no kernel for: 512 values, 132 bytes.
+    let bytes = gguf_image_raw(&[("kq", 16, [256, 2], &[0u8; 132])]);
     std::fs::write(&path, &bytes).unwrap();
     let (code, out, _) = inspect(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("Q2_K") && out.contains("unsupported"), "{out}");
+    assert!(
+        out.contains("IQ2_XXS") && out.contains("unsupported"),
+        "{out}"
+    );
     assert!(out.contains("NOT OK"), "{out}");
 
     std::fs::write(&path, b"GGUF\x03").unwrap();

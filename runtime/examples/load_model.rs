@@ -10,8 +10,10 @@
 //! (4096x11008 matrices of random nibbles, scale 1/64); `--write-mix PATH
 //! GIB` a Q4_K_M-like mix of layers (Q4_K attention and gate / up, Q6_K
 //! value and down projections, every third value Q8_0 and every fourth down
-//! Q5_0, F32 norms; random level bytes, f16 scales 1/64). Linux only for
-//! the memory figures (`/proc/self/status`).
+//! Q5_0, F32 norms; random level bytes, f16 scales 1/64), or with a third
+//! argument `q2_k` a Q2_K-like one (Q2_K attention and gate / up, Q3_K
+//! down and every other value projection, Q4_K the other values). Linux
+//! only for the memory figures (`/proc/self/status`).
 
 use kgen::format::ggml::{gguf_header, GGUF_ALIGN};
 use kgen_runtime::{Model, Pool};
@@ -29,12 +31,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Ok(());
         }
         [flag, path, gib] if flag == "--write-mix" => {
-            write_mix(path, gib.parse()?)?;
+            write_mix(path, gib.parse()?, false)?;
+            return Ok(());
+        }
+        [flag, path, gib, mix] if flag == "--write-mix" && mix == "q2_k" => {
+            write_mix(path, gib.parse()?, true)?;
             return Ok(());
         }
         [path] => path.clone(),
         _ => {
-            return Err("usage: load_model [--write PATH GIB | --write-mix PATH GIB | PATH]".into())
+            return Err(
+                "usage: load_model [--write PATH GIB | --write-mix PATH GIB [q2_k] | PATH]".into(),
+            )
         }
     };
     let size = std::fs::metadata(&path)?.len();
@@ -113,33 +121,44 @@ fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A GGUF v3 file of Q4_K_M-like layers, about `gib` GiB (see the module
-/// documentation); each tensor is written as it is made.
-fn write_mix(path: &str, gib: f64) -> std::io::Result<()> {
+/// A GGUF v3 file of Q4_K_M-like (or, `q2_k`, Q2_K-like) layers, about
+/// `gib` GiB (see the module documentation); each tensor is written as it
+/// is made.
+fn write_mix(path: &str, gib: f64, q2_k: bool) -> std::io::Result<()> {
     use kgen::format::ggml::GgmlType;
     let layer = |i: usize| -> Vec<(String, GgmlType, [usize; 2])> {
         let t = |name: &str, ty: GgmlType, k: usize, n: usize| {
             (format!("blk.{i}.{name}.weight"), ty, [k, n])
         };
-        let v = if i.is_multiple_of(3) {
-            GgmlType::Q8_0
+        let (main, v, down) = if q2_k {
+            let v = if i.is_multiple_of(2) {
+                GgmlType::Q3_K
+            } else {
+                GgmlType::Q4_K
+            };
+            (GgmlType::Q2_K, v, GgmlType::Q3_K)
         } else {
-            GgmlType::Q6_K
-        };
-        let down = if i.is_multiple_of(4) {
-            GgmlType::Q5_0
-        } else {
-            GgmlType::Q6_K
+            let v = if i.is_multiple_of(3) {
+                GgmlType::Q8_0
+            } else {
+                GgmlType::Q6_K
+            };
+            let down = if i.is_multiple_of(4) {
+                GgmlType::Q5_0
+            } else {
+                GgmlType::Q6_K
+            };
+            (GgmlType::Q4_K, v, down)
         };
         vec![
             t("attn_norm", GgmlType::F32, K, 1),
-            t("attn_q", GgmlType::Q4_K, K, K),
-            t("attn_k", GgmlType::Q4_K, K, K),
+            t("attn_q", main, K, K),
+            t("attn_k", main, K, K),
             t("attn_v", v, K, K),
-            t("attn_output", GgmlType::Q4_K, K, K),
+            t("attn_output", main, K, K),
             t("ffn_norm", GgmlType::F32, K, 1),
-            t("ffn_gate", GgmlType::Q4_K, K, N),
-            t("ffn_up", GgmlType::Q4_K, K, N),
+            t("ffn_gate", main, K, N),
+            t("ffn_up", main, K, N),
             t("ffn_down", down, N, K),
         ]
     };
