@@ -48,6 +48,7 @@ fn dtype(format: &str) -> Option<GgmlDType> {
         "q5_k" => GgmlDType::Q5K,
         "q6_k" => GgmlDType::Q6K,
         "q3_k" => GgmlDType::Q3K,
+        "q2_k" => GgmlDType::Q2K,
         _ => return None,
     })
 }
@@ -71,7 +72,12 @@ fn kernel(dtype: GgmlDType, k: usize, n: usize) -> String {
         GgmlDType::Q4K if tiles => format!("repack_x86_q4k_tiles_{level}"),
         GgmlDType::Q8_0 if tiles && (vnni || avxvnni) => format!("repack_x86_q8_0_tiles_{level}"),
         GgmlDType::Q5_0 => "vec_dot_q5_0_q8_0_scalar".into(),
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q6K => {
+        GgmlDType::Q4_1
+        | GgmlDType::Q5_1
+        | GgmlDType::Q2K
+        | GgmlDType::Q3K
+        | GgmlDType::Q5K
+        | GgmlDType::Q6K => {
             format!("candle_{dtype:?}_not_restated")
         }
         _ => {
