@@ -21,6 +21,8 @@ use crate::format::ggml::q5_1;
 use crate::format::ggml::q5_k;
 use crate::format::ggml::q6_k;
 use crate::format::ggml::q8_0;
+use crate::format::ggml::tq1_0;
+use crate::format::ggml::tq2_0;
 use crate::format::row::{Format, GgmlType};
 
 /// Every format, in the order the CLI lists them.
@@ -38,6 +40,8 @@ pub const FORMATS: &[&Format] = &[
     &q4_k::Q4_K,
     &q5_k::Q5_K,
     &q6_k::Q6_K,
+    &tq1_0::TQ1_0,
+    &tq2_0::TQ2_0,
 ];
 
 impl GgmlType {
@@ -54,6 +58,8 @@ impl GgmlType {
     pub const Q4_K: GgmlType = GgmlType(&q4_k::Q4_K);
     pub const Q5_K: GgmlType = GgmlType(&q5_k::Q5_K);
     pub const Q6_K: GgmlType = GgmlType(&q6_k::Q6_K);
+    pub const TQ1_0: GgmlType = GgmlType(&tq1_0::TQ1_0);
+    pub const TQ2_0: GgmlType = GgmlType(&tq2_0::TQ2_0);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {

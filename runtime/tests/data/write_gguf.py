@@ -4,7 +4,7 @@
 Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
-hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 matrices quantized by
+hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / TQ1_0 / TQ2_0 matrices quantized by
 gguf.quants.quantize, IQ4_NL and K-quant (Q2_K .. Q6_K) matrices of raw blocks
 (gguf-py cannot quantize those: random levels and f16 scales, written with
 raw_dtype and dequantized by gguf-py), plus metadata of every value type
@@ -255,6 +255,12 @@ def model(out):
             add(w, out, fname, f"blk.k{k}.n{n}.q5_0", wt, T.Q5_0)
             add(w, out, fname, f"blk.k{k}.n{n}.q4_1", wt, T.Q4_1)
             add(w, out, fname, f"blk.k{k}.n{n}.q5_1", wt, T.Q5_1)
+    # Ternary (BitNet b1.58) types, which gguf-py quantizes too.
+    for k in (256, 512):
+        for n in (1, 3, 40):
+            wt = random_weights(n, k)
+            add(w, out, fname, f"blk.k{k}.n{n}.tq1_0", wt, T.TQ1_0)
+            add(w, out, fname, f"blk.k{k}.n{n}.tq2_0", wt, T.TQ2_0)
     add(w, out, fname, "f32.k64.n3", random_weights(3, 64), T.F32)
     add(w, out, fname, "f32.k7.n5", random_weights(5, 7), T.F32)
     add(w, out, fname, "f16.k64.n40", random_weights(40, 64), T.F16)
@@ -266,6 +272,8 @@ def model(out):
     add(w, out, fname, "edge.q4_1", e, T.Q4_1)
     add(w, out, fname, "edge.q5_1", e, T.Q5_1)
     add(w, out, fname, "edge.f16", e, T.F16)
+    add(w, out, fname, "edge.tq1_0", e, T.TQ1_0)
+    add(w, out, fname, "edge.tq2_0", e, T.TQ2_0)
     for k in (32, 64, 256):
         for n in (1, 3, 40):
             add_raw(w, out, fname, f"blk.k{k}.n{n}.iq4_nl", iq4_nl_blocks(n, k), T.IQ4_NL, k)
@@ -282,6 +290,9 @@ def model(out):
     add(w, out, fname, "special.q5_0", s, T.Q5_0, matmul=False)
     add(w, out, fname, "special.q4_1", s, T.Q4_1, matmul=False)
     add(w, out, fname, "special.q5_1", s, T.Q5_1, matmul=False)
+    s256 = special_weights(256)
+    add(w, out, fname, "special.tq1_0", s256, T.TQ1_0, matmul=False)
+    add(w, out, fname, "special.tq2_0", s256, T.TQ2_0, matmul=False)
     sp = np.array([[np.inf, 1.0], [1.0, np.nan], [-np.inf, -np.inf]], dtype=np.float32)
     add_raw(w, out, fname, "special.iq4_nl", iq4_nl_blocks(3, 64, sp), T.IQ4_NL, 64, matmul=False)
     # One non-finite super-block scale per row (inf, -inf, NaN; d or dmin).

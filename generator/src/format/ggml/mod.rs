@@ -18,6 +18,8 @@ pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
+pub mod tq1_0;
+pub mod tq2_0;
 
 pub use crate::format::row::{GgmlType, QK};
 pub use crate::format::table::{type_name, type_size, GGML_TYPES};

@@ -85,6 +85,8 @@ fn round_trips_within_half_a_step() {
                         "q4_k" => 1.5 * 2.0 * amax / 15.0,
                         "q5_k" => 1.5 * 2.0 * amax / 31.0,
                         "q6_k" => 1.5 * amax / 32.0,
+                        // Ternary: half of d = amax, plus d's f16 rounding.
+                        "tq1_0" | "tq2_0" => amax * (0.5 + 1.0 / 1024.0),
                         other => panic!("no tolerance for {other}"),
                     };
                     assert!(
