@@ -11,8 +11,8 @@
 //! unsigned levels with the scale `d` and the min `-d` per 32 values.
 
 use crate::format::ggml::kquant::QK_K;
-use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::ggml::tq2_0::{scale_and_min_at, ternary_levels};
+use crate::format::ggml::numpy::write_f16;
+use crate::format::ggml::tq2_0::{scale_and_min_at, ternary_dequantize, ternary_levels};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
 
 pub const TQ1_0: Format = Format {
@@ -69,10 +69,7 @@ fn scale_and_min(blk: &[u8], s: usize) -> (f32, f32) {
 /// One super-block, as gguf-py's `TQ1_0.dequantize_blocks`:
 /// `d * (q - 1)` in f32.
 fn dequantize(blk: &[u8], out: &mut [f32]) {
-    let d = read_f16(&blk[D..]);
-    for (f, o) in out.iter_mut().enumerate() {
-        *o = d * (level(blk, f) as i32 - 1) as f32;
-    }
+    ternary_dequantize(blk, D, level, out)
 }
 
 /// One super-block, as gguf-py's `TQ1_0.quantize_blocks`: the levels of

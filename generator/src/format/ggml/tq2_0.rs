@@ -60,7 +60,18 @@ pub(crate) fn scale_and_min_at(blk: &[u8], at: usize, _s: usize) -> (f32, f32) {
 /// One super-block, as gguf-py's `TQ2_0.dequantize_blocks`:
 /// `d * (q - 1)` in f32.
 fn dequantize(blk: &[u8], out: &mut [f32]) {
-    let d = read_f16(&blk[D..]);
+    ternary_dequantize(blk, D, level, out)
+}
+
+/// A ternary super-block (TQ1_0 and TQ2_0) whose f16 `d` is at byte `at`
+/// and value `f`'s level is `level(blk, f)`: `d * (q - 1)` in f32.
+pub(crate) fn ternary_dequantize(
+    blk: &[u8],
+    at: usize,
+    level: fn(&[u8], usize) -> u8,
+    out: &mut [f32],
+) {
+    let d = read_f16(&blk[at..]);
     for (f, o) in out.iter_mut().enumerate() {
         *o = d * (level(blk, f) as i32 - 1) as f32;
     }
