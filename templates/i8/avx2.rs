@@ -105,6 +105,14 @@ pub unsafe fn block_sum(acc: I) -> I {
     _mm256_madd_epi16(acc, _mm256_set1_epi16(1))
 }
 
+/// 2-bit layouts: the levels in bits `S..S + 2` of each byte (`S` = 0, 2,
+/// 4, 6), as unsigned bytes. The 16-bit shift moves bits across bytes only
+/// outside the mask.
+#[inline(always)]
+pub unsafe fn crumb<const S: i32>(w: I) -> I {
+    _mm256_and_si256(_mm256_srli_epi16::<S>(w), _mm256_set1_epi8(3))
+}
+
 /// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.
 #[inline(always)]
 pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {

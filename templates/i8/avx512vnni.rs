@@ -84,6 +84,13 @@ pub unsafe fn block_sum(acc: I) -> I {
     acc
 }
 
+/// 2-bit layouts: the levels in bits `S..S + 2` of each byte (`S` = 0, 2,
+/// 4, 6), as unsigned bytes.
+#[inline(always)]
+pub unsafe fn crumb<const S: u32>(w: I) -> I {
+    _mm512_and_si512(_mm512_srli_epi16::<S>(w), _mm512_set1_epi8(3))
+}
+
 /// Signed x signed: |w| times x negated where w is negative.
 #[inline(always)]
 pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {

@@ -65,6 +65,15 @@ pub unsafe fn nib_hi(w: I) -> I {
     vreinterpretq_s32_u8(vandq_u8(vreinterpretq_u8_s32(w), vdupq_n_u8(0xF0)))
 }
 
+/// 2-bit layouts: the levels in bits `S..S + 2` of each byte (`S` = 0, 2,
+/// 4, 6), as unsigned bytes (a shift by a register: `ushr` has no shift by
+/// 0; LLVM folds the constant).
+#[inline(always)]
+pub unsafe fn crumb<const S: i32>(w: I) -> I {
+    let v = vshlq_u8(vreinterpretq_u8_s32(w), vdupq_n_s8(-(S as i8)));
+    vreinterpretq_s32_u8(vandq_u8(v, vdupq_n_u8(3)))
+}
+
 /// 4 activation bytes in every lane.
 #[inline(always)]
 pub unsafe fn bcast4(p: *const i8) -> I {

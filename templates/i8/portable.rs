@@ -67,6 +67,13 @@ pub unsafe fn nib_hi(w: I) -> I {
     w.map(|v| (v >> 4) & 0x0F0F_0F0F)
 }
 
+/// 2-bit layouts: the levels in bits `S..S + 2` of each byte (`S` = 0, 2,
+/// 4, 6), as unsigned bytes.
+#[inline(always)]
+pub unsafe fn crumb<const S: i32>(w: I) -> I {
+    w.map(|v| (v >> S) & 0x0303_0303)
+}
+
 #[inline(always)]
 pub unsafe fn bcast4(p: *const i8) -> I {
     [(p as *const u32).read_unaligned(); 8]

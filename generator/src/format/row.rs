@@ -30,7 +30,8 @@ pub enum Levels {
 /// K-quants' 256-value super-blocks) describes each of its sub-blocks.
 #[derive(Clone, Copy, Debug)]
 pub struct Int8Repack {
-    /// Bits per level in the packed layout: 4 (two nibble planes), 5 (the
+    /// Bits per level in the packed layout: 2 (four bit pairs per byte), 4
+    /// (two nibble planes), 5 (the
     /// nibble planes plus a plane of fifth bits) or 8 (bytes).
     pub layout_bits: u32,
     /// The stored level of each value of 32-value sub-block `s` of a block

@@ -17,6 +17,10 @@
 //!   and mask gives `8g+4..8g+8`, each matched by a 4-byte activation
 //!   broadcast. The `+8` is removed once per block with the activation sum.
 //! - 8-bit: byte `j` = `q[4g + j]` as i8.
+//! - 2-bit (`layout_bits` 2: Q2_K, TQ1_0, TQ2_0): 2 chunks, byte `j` of
+//!   chunk `g` = `sum_c q[16g + 4c + j] << 2c`, unsigned: a shift by `2c`
+//!   and a mask give values `16g + 4c..+4`, one activation broadcast each.
+//!   With `G` = 8 the one chunk's byte `j` is `sum_c q[8c + j] << 2c`.
 //!
 //! With `group_bytes` G = 8 (the MMLA layouts, paper 000's Q4_0_4_8 and
 //! Q4_0_8_8) a lane is 8 bytes of one column and a 16-byte vector holds a
@@ -279,6 +283,8 @@ impl I8Layout {
                 // The same for the words per column and block (the 5-bit
                 // plane's word aside): the scatter to the chunks unrolls.
                 let fill = match (self.group_bytes, self.bits) {
+                    (4, 2) => Self::fill_panels::<1, 2>,
+                    (_, 2) => Self::fill_panels::<2, 2>,
                     (4, 8) => Self::fill_panels::<1, 8>,
                     (4, _) => Self::fill_panels::<1, 4>,
                     (_, 8) => Self::fill_panels::<2, 8>,
@@ -473,14 +479,36 @@ pub fn stored_scale(
     (half::f16::from_f32_const(d), half::f16::from_f32_const(m))
 }
 
-/// One column's block of `levels` in the layout of `bits` (4, 5 or 8) for
+/// One column's block of `levels` in the layout of `bits` (2, 4, 5 or 8) for
 /// lane groups of `gb` bytes.
 #[inline]
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     match bits {
         5 => five_bit_chunks(gb, levels, out),
         4 => block_chunks(4, gb, &nibble_bytes(levels), out),
+        2 => two_bit_chunks(gb, levels, out),
         _ => block_chunks(8, gb, levels, out),
+    }
+}
+
+/// One column's block of 2-bit `levels` (0..4) for lane groups of `gb`
+/// bytes, in bit pair `c` of each byte: 4-byte groups, chunk `g` byte `i`
+/// holds value `16 g + 4 c + i`; 8-byte groups (one chunk) byte `i` holds
+/// value `8 c + i`. Levels below 4 never carry into the next byte.
+#[inline]
+fn two_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
+    let word = |at: usize| u32::from_le_bytes(levels[at..at + 4].try_into().expect("4 bytes"));
+    // Word `v` of the block: chunk `v` (4-byte groups), or half `v` of the
+    // one 8-byte chunk.
+    let at = |v: usize, c: usize| {
+        if gb == 4 {
+            16 * v + 4 * c
+        } else {
+            8 * c + 4 * v
+        }
+    };
+    for (v, o) in out.iter_mut().enumerate().take(2) {
+        *o = (0..4).fold(0, |a, c| a | word(at(v, c)) << (2 * c));
     }
 }
 

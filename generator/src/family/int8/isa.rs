@@ -249,6 +249,8 @@ impl I8Isa {
                 "half-block fold"
             } else if spec.bits() == 5 {
                 "5-bit unpack"
+            } else if spec.bits() == 2 {
+                "2-bit unpack"
             } else {
                 return Ok(());
             };

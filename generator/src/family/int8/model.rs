@@ -26,7 +26,8 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// mask, word of ones; 5-bit: and the fifth-bit mask).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     let vectors = match spec.bits() {
-        4 => 2 * tile.t_sub,
+        // 2-bit: each column group's chunk and one bit pair of it.
+        2 | 4 => 2 * tile.t_sub,
         5 => 3 * tile.t_sub,
         _ => tile.t_sub,
     };

@@ -78,7 +78,7 @@ impl I8Spec {
         by_tag(tag).and_then(|f| I8Spec::for_format(op, f).ok())
     }
 
-    /// Bits per level in the packed layout (4, 5 or 8).
+    /// Bits per level in the packed layout (2, 4, 5 or 8).
     pub fn bits(&self) -> u32 {
         self.format.int8.map_or(self.format.bits, |r| r.layout_bits)
     }

@@ -6,12 +6,12 @@
 //! `(d * sc) * q - (dmin * m)`, each product rounded to f32 first, with the
 //! scale and min of sub-block `f / 16`.
 //!
-//! The int8 family runs it on the 4-bit layout with unsigned levels (0..4)
+//! The int8 family runs it on the 2-bit layout with unsigned levels (0..4)
 //! and two scales and two mins per 32 values (`d * sc` and `-(dmin * m)` of
 //! each 16, rounded to f16): each half of a block is folded on its own and
-//! its min added through the activations' sum of that half. (4 bits per
-//! level for a 2-bit format: a 2-bit layout would stream half the level
-//! bytes.)
+//! its min added through the activations' sum of that half. (4 bits of f16
+//! scales and mins per value where the file has 0.625 bits of them: int8
+//! sub-scales under an f16 super-scale would stream less.)
 
 use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale_min, quantize_scales, requantize_min, Search, QK_K,
@@ -32,7 +32,7 @@ pub const Q2_K: Format = Format {
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 4,
+        layout_bits: 2,
         block_levels: sub_levels,
         sub_scale: sub16_scale,
         mins: true,

@@ -8,7 +8,8 @@
 //! `d * (q - 1)`.
 //!
 //! The int8 family runs it as TQ2_0: the digits are decoded at repack to
-//! unsigned levels with the scale `d` and the min `-d` per 32 values.
+//! unsigned levels on the 2-bit layout with the scale `d` and the min `-d`
+//! per 32 values.
 
 use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::numpy::write_f16;
@@ -29,7 +30,7 @@ pub const TQ1_0: Format = Format {
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 4,
+        layout_bits: 2,
         block_levels: sub_levels,
         sub_scale: scale_and_min,
         mins: true,

@@ -3,7 +3,8 @@
 //! bits `2 ((f % 128) / 32)` of `qs[32 (f / 128) + f % 32]`) and, last, an
 //! f16 `d`. The level `q` is 0, 1 or 2 and the weight `d * (q - 1)`.
 //!
-//! The int8 family runs it as a format with mins: unsigned levels `q` with
+//! The int8 family runs it as a format with mins on the 2-bit layout:
+//! unsigned levels `q` with
 //! the scale `d` and the min `-d` per 32 values, so the `- 1` is one
 //! `d * sum(x)` per block through the activation sums (`d * q + (-d)` is
 //! `d * (q - 1)` bit for bit for `d >= 0`; for a negative `d` only the sign
@@ -26,7 +27,7 @@ pub const TQ2_0: Format = Format {
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 4,
+        layout_bits: 2,
         block_levels: sub_levels,
         sub_scale: scale_and_min,
         mins: true,

@@ -77,6 +77,36 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let mut halves: Vec<TokenStream> = Vec::new();
     if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
+    } else if p.spec.bits() == 2 {
+        // Each chunk covers 16 K values: the bit pair `2c` of its bytes holds
+        // values 16g + 4c..16g + 4c + 4, unsigned, through the template's
+        // block accumulator as nibbles are. A scale per 16 values (Q2_K):
+        // chunk 0 is the first half.
+        for g in 0..chunks {
+            if g == chunks / scales_per_block && g > 0 {
+                halves.push(std::mem::take(&mut block));
+            }
+            for t in 0..t_sub {
+                let (wv, off) = (format_ident!("w_{}", t), lit((g * t_u + t) * chunk));
+                block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+            }
+            for c in 0..4 {
+                let shift = proc_macro2::Literal::i32_unsuffixed(2 * c as i32);
+                for t in 0..t_sub {
+                    let (wv, q) = (format_ident!("w_{}", t), format_ident!("q_{}", t));
+                    block.extend(quote! { let #q = ops::crumb::<#shift>(#wv); });
+                }
+                for r in 0..rows {
+                    let (x, b) = (format_ident!("x_{}", r), bcast(isa, r, 16 * g + 4 * c));
+                    block.extend(quote! { let #x = #b; });
+                    for t in 0..t_sub {
+                        let (i, q) = (iv(r, t), format_ident!("q_{}", t));
+                        block.extend(quote! { #i = ops::pair_acc(#i, #q, #x); });
+                    }
+                }
+                block.extend(fence(isa, rows, t_sub));
+            }
+        }
     } else if p.spec.bits() == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         // Codebook nibbles are indices: looked up (signed int8 levels) and
@@ -200,16 +230,16 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
             for t in 0..t_sub {
                 let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
-                // 4-bit blocks accumulate in the template's block form (i16 pairs
-                // on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
+                // 2- and 4-bit blocks accumulate in the template's block form
+                // (i16 pairs on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
                 // unsigned levels carry a bias to remove.
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() => quote! { #i },
                     (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
-                    (4, _) if isa.removes_offset(&p.spec) => {
+                    (2 | 4, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(ops::block_sum(#i), #c) }
                     }
-                    (4, _) => quote! { ops::block_sum(#i) },
+                    (2 | 4, _) => quote! { ops::block_sum(#i) },
                     _ => quote! { #i },
                 };
                 fold.extend(quote! {

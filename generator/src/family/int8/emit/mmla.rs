@@ -91,6 +91,64 @@ fn load_fifth_bits(p: &MicroSpec) -> TokenStream {
     out
 }
 
+/// Bit pairs of the 2-bit layout that half `h` of `spb` covers: the one
+/// 8-byte group per column holds values `8c..8c + 8` in bit pair `c`, so a
+/// half block (a scale per 16 values) is two of them; the weights are
+/// loaded with the first.
+fn two_bit_pairs(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> (TokenStream, Vec<usize>) {
+    let load = if h == 0 {
+        load_weights(p, isa, 0)
+    } else {
+        TokenStream::new()
+    };
+    (load, (h * 4 / spb..(h + 1) * 4 / spb).collect())
+}
+
+/// The unsigned levels of bit pair `c` of every column pair (`q_{t}`).
+fn crumbs(p: &MicroSpec, c: usize) -> TokenStream {
+    let shift = Literal::i32_unsuffixed(2 * c as i32);
+    let mut out = TokenStream::new();
+    for t in 0..p.tile.t_sub {
+        let (wv, q) = (format_ident!("w_{}", t), format_ident!("q_{}", t));
+        out.extend(quote! { let #q = ops::crumb::<#shift>(#wv); });
+    }
+    out
+}
+
+/// The 2-bit GEMV's dots of half `h`: per bit pair, `sdot` against the
+/// activation's 8 values broadcast to both halves.
+fn two_bit_gemv(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> TokenStream {
+    let (mut out, pairs) = two_bit_pairs(p, isa, h, spb);
+    for c in pairs {
+        out.extend(crumbs(p, c));
+        let o = lit(8 * c);
+        out.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
+        for t in 0..p.tile.t_sub {
+            let (i, q) = (format_ident!("i_0_{}", t), format_ident!("q_{}", t));
+            out.extend(quote! { #i = ops::sdot(#i, #q, x); });
+        }
+    }
+    out
+}
+
+/// The 2-bit GEMM's tiles of half `h`: per bit pair and row pair, `smmla`
+/// against the pair's 16 interleaved activation bytes of those 8 values.
+fn two_bit_mmla(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize, row_pairs: usize) -> TokenStream {
+    let (mut out, pairs) = two_bit_pairs(p, isa, h, spb);
+    for c in pairs {
+        out.extend(crumbs(p, c));
+        for q in 0..row_pairs {
+            let (row, o) = (lit(q), lit(16 * c));
+            out.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
+            for t in 0..p.tile.t_sub {
+                let (i, w) = (format_ident!("i_{}_{}", q, t), format_ident!("q_{}", t));
+                out.extend(quote! { #i = ops::mmla(#i, x, #w); });
+            }
+        }
+    }
+    out
+}
+
 /// One activation row against `t_sub` column pairs with `sdot`.
 pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
     let t_sub = p.tile.t_sub;
@@ -121,7 +179,10 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         if h == 0 {
             body.extend(load_fifth_bits(p));
         }
-        for g in h * chunks / spb..(h + 1) * chunks / spb {
+        if p.spec.bits() == 2 {
+            body.extend(two_bit_gemv(p, isa, h, spb));
+        }
+        for g in (h * chunks / spb..(h + 1) * chunks / spb).filter(|_| p.spec.bits() != 2) {
             body.extend(load_weights(p, isa, g));
             if p.spec.bits() != 8 {
                 // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
@@ -242,7 +303,10 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
         if h == 0 {
             body.extend(load_fifth_bits(p));
         }
-        for g in h * chunks / spb..(h + 1) * chunks / spb {
+        if p.spec.bits() == 2 {
+            body.extend(two_bit_mmla(p, isa, h, spb, pairs));
+        }
+        for g in (h * chunks / spb..(h + 1) * chunks / spb).filter(|_| p.spec.bits() != 2) {
             body.extend(load_weights(p, isa, g));
             for q in 0..pairs {
                 let row = lit(q);

@@ -28,6 +28,8 @@ const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut", "idx_lo", "idx_hi"];
 const MIN_ITEMS: &[&str] = &["splat_pair"];
 
 const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
+/// The 2-bit unpack, likewise only in 2-bit kernels.
+const TWO_BIT_ITEMS: &[&str] = &["crumb"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
 
@@ -77,6 +79,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             isa.group_bytes,
             if p.spec.codebook() {
                 ", unsigned nibble indices"
+            } else if p.spec.bits() == 2 {
+                ", 2-bit levels in the 4 bit pairs of each byte"
             } else if isa.signed_nibbles && p.spec.bits() == 4 {
                 ", signed nibbles read as 16 q"
             } else if p.spec.bits() == 5 {
@@ -206,6 +210,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_items(&mut items, spec, isa)?;
     five_bit_items(&mut items, spec, isa)?;
+    two_bit_items(&mut items, spec, isa)?;
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
     } else {
@@ -282,6 +287,26 @@ fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
     };
     let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
     if let Some(missing) = need.iter().find(|n| !have(n)) {
+        return Err(EmitError(format!(
+            "template {} lacks `{missing}`, which {} kernels need",
+            isa.template_path,
+            spec.format_tag()
+        )));
+    }
+    Ok(())
+}
+
+/// The 2-bit unpack stays only in 2-bit kernels, whose template must have it.
+fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+    if spec.bits() != 2 {
+        items.retain(|it| item_name(it).is_none_or(|n| !TWO_BIT_ITEMS.contains(&n.as_str())));
+        return Ok(());
+    }
+    isa.supports(spec).map_err(EmitError)?;
+    if let Some(missing) = TWO_BIT_ITEMS
+        .iter()
+        .find(|n| !items.iter().any(|it| item_name(it).as_deref() == Some(**n)))
+    {
         return Err(EmitError(format!(
             "template {} lacks `{missing}`, which {} kernels need",
             isa.template_path,
