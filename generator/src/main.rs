@@ -627,6 +627,32 @@ fn print_plan_i8(
             ""
         }
     );
+    if p.spec.op == Op::Gemv {
+        let r = model::roofline(&p.spec, &isa, target, p.tile);
+        let side = |name: &str, mem: Option<f64>| match mem {
+            Some(m) => {
+                let (gbs, kernel) = r.with_memory(m);
+                format!(
+                    "{name} {m:.1} GB/s per core: {}, {gbs:.1} GB/s",
+                    if kernel {
+                        "kernel-bound"
+                    } else {
+                        "memory-bound"
+                    }
+                )
+            }
+            None => format!("{name}: no bandwidth in the target file"),
+        };
+        outln!(
+            "  roofline    the block loop streams {:.0} bytes per {:.1} cycles = {:.1} GB/s at {} GHz; weights in {}; in {}",
+            r.bytes,
+            r.cycles,
+            r.compute_gbs,
+            target.core.ghz,
+            side("DRAM", Some(r.dram_gbs)),
+            side("L3", r.l3_gbs)
+        );
+    }
     if explain {
         outln!("  candidates (model rank, best first):");
         for (i, c) in p.candidates.iter().enumerate() {

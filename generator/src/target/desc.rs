@@ -113,6 +113,11 @@ pub struct Memory {
     pub bandwidth_gbs: f64,
     /// Read bandwidth one core can draw on its own, GB/s.
     pub bandwidth_per_core_gbs: f64,
+    /// Read bandwidth one core draws from its L3 (a buffer well inside
+    /// it), GB/s, where known: the memory side of the roofline for weights
+    /// that stay in L3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l3_bandwidth_per_core_gbs: Option<f64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -150,6 +150,7 @@ mod tests {
             memory: Memory {
                 bandwidth_gbs: 60.0,
                 bandwidth_per_core_gbs: 20.0,
+                l3_bandwidth_per_core_gbs: None,
             },
         }
     }
@@ -221,6 +222,12 @@ mod tests {
         assert_eq!(
             bad.validate().unwrap_err().key,
             "memory.bandwidth_per_core_gbs"
+        );
+        let mut bad = sample();
+        bad.memory.l3_bandwidth_per_core_gbs = Some(-1.0);
+        assert_eq!(
+            bad.validate().unwrap_err().key,
+            "memory.l3_bandwidth_per_core_gbs"
         );
     }
 

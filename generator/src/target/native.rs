@@ -74,6 +74,7 @@ pub fn detect() -> TargetDesc {
         memory: Memory {
             bandwidth_gbs: 40.0,
             bandwidth_per_core_gbs: 20.0,
+            l3_bandwidth_per_core_gbs: None,
         },
     }
 }

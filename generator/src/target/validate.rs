@@ -292,6 +292,14 @@ impl TargetDesc {
                 return invalid(key, format!("{v} is not a positive bandwidth in GB/s"));
             }
         }
+        if let Some(v) = m.l3_bandwidth_per_core_gbs {
+            if !v.is_finite() || v <= 0.0 {
+                return invalid(
+                    "memory.l3_bandwidth_per_core_gbs",
+                    format!("{v} is not a positive bandwidth in GB/s"),
+                );
+            }
+        }
         if m.bandwidth_per_core_gbs > m.bandwidth_gbs {
             return invalid(
                 "memory.bandwidth_per_core_gbs",

@@ -217,7 +217,55 @@ pub fn block_cycles(c: &Counts, t: &TargetDesc) -> f64 {
     bound(c, t).cycles()
 }
 
-/// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n`.
+/// The roofline of one core (paper 004, eq. 1-3): the GB/s of weights the
+/// micro kernel's block loop consumes at the cycles its instruction counts
+/// give (the up-convert and dot sequence, counted from the emitted code),
+/// against the GB/s memory delivers to one core from DRAM and, where the
+/// target file says, from L3.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Roofline {
+    /// Weight and scale bytes of one 32-value block of the micro tile.
+    pub bytes: f64,
+    /// Cycles of that block (all `m` rows of a GEMM), by the limit that holds.
+    pub cycles: f64,
+    /// `bytes` per `cycles` at the core's clock.
+    pub compute_gbs: f64,
+    pub dram_gbs: f64,
+    pub l3_gbs: Option<f64>,
+}
+
+impl Roofline {
+    /// GB/s of weights with memory delivering `memory` GB/s, and whether the
+    /// kernel (not memory) is the bound.
+    pub fn with_memory(&self, memory: f64) -> (f64, bool) {
+        (self.compute_gbs.min(memory), self.compute_gbs < memory)
+    }
+}
+
+/// Bytes of one column's 32-value block in the layout: its levels and its
+/// f16 scale stream (the scales, and the mins where the format has them).
+fn block_bytes(spec: &I8Spec) -> f64 {
+    4.0 * spec.bits() as f64 + 2.0 * crate::family::int8::emit::micro::scale_entries(spec) as f64
+}
+
+/// [`Roofline`] of `tile` on one core of `t`.
+pub fn roofline(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> Roofline {
+    let cycles = block_cycles(&block_counts(spec, isa, tile).counts, t);
+    let tw = (isa.lanes * tile.t_sub) as f64;
+    let bytes = tw * block_bytes(spec);
+    let rows = spec.op.rows() as f64;
+    let passes = (rows / tile.m_r as f64).ceil();
+    Roofline {
+        bytes,
+        cycles: cycles * passes,
+        compute_gbs: bytes * t.core.ghz / (cycles * passes),
+        dram_gbs: t.memory.bandwidth_per_core_gbs,
+        l3_gbs: t.memory.l3_bandwidth_per_core_gbs,
+    }
+}
+
+/// Roofline for one core: (GB/s of weights, GFLOPS) for `k x n` with the
+/// weights in DRAM.
 pub fn predict(
     spec: &I8Spec,
     isa: &I8Isa,
@@ -226,15 +274,11 @@ pub fn predict(
     k: usize,
     n: usize,
 ) -> (f64, f64) {
-    let cycles = block_cycles(&block_counts(spec, isa, tile).counts, t);
-    let tw = (isa.lanes * tile.t_sub) as f64;
-    let bytes = tw * (4.0 * spec.bits() as f64 + 2.0);
+    let compute_gbs = roofline(spec, isa, t, tile).compute_gbs;
     let rows = spec.op.rows() as f64;
-    let passes = (rows / tile.m_r as f64).ceil();
-    let compute_gbs = bytes * t.core.ghz / (cycles * passes);
     let eff = n as f64 / round_up(n, isa.lanes * tile.t_u) as f64;
     let gbs = compute_gbs.min(t.memory.bandwidth_per_core_gbs) * eff;
-    let weight_bytes = (k * n) as f64 * (4.0 * spec.bits() as f64 + 2.0) / QK as f64;
+    let weight_bytes = (k * n) as f64 * block_bytes(spec) / QK as f64;
     let gflops = 2.0 * rows * (k * n) as f64 / (weight_bytes / (gbs * 1e9)) / 1e9;
     (gbs, gflops)
 }
@@ -552,4 +596,39 @@ pub fn plan_gemm_with(
         notes: Vec::new(),
         ..gemv.clone()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Op;
+
+    /// The roofline's compute side is the emitted block's bytes over its
+    /// cycles; each memory level caps it, and says which bound holds.
+    #[test]
+    fn roofline_caps_the_kernel_by_each_memory_level() {
+        let t = crate::target::load("zen3").unwrap();
+        let isa = crate::family::int8::isa::AVX2;
+        let spec = I8Spec::from_tag(Op::Gemv, "tq2_0").unwrap();
+        let tile = I8Tile {
+            t_u: 3,
+            t_sub: 3,
+            m_r: 1,
+        };
+        let r = roofline(&spec, &isa, &t, tile);
+        // 24 columns x (8 level bytes + an f16 scale and an f16 min).
+        assert_eq!(r.bytes, 24.0 * 12.0);
+        let cycles = block_cycles(&block_counts(&spec, &isa, tile).counts, &t);
+        assert_eq!(r.cycles, cycles);
+        assert_eq!(r.compute_gbs, r.bytes * t.core.ghz / cycles);
+        assert_eq!(r.dram_gbs, t.memory.bandwidth_per_core_gbs);
+        assert_eq!(r.l3_gbs, t.memory.l3_bandwidth_per_core_gbs);
+        let (gbs, kernel) = r.with_memory(1.0);
+        assert_eq!((gbs, kernel), (1.0, false));
+        let (gbs, kernel) = r.with_memory(1e6);
+        assert_eq!((gbs, kernel), (r.compute_gbs, true));
+        // The DRAM prediction is the roofline's, times the tile's fill of N.
+        let (dram, _) = predict(&spec, &isa, &t, tile, 4096, 4104);
+        assert!((dram - r.compute_gbs.min(r.dram_gbs)).abs() < 1e-9);
+    }
 }
