@@ -169,6 +169,48 @@ fn plan_format_text_and_explain() {
     assert!(text.lines().any(|l| l.contains("iq4_nl_gemm_")), "{text}");
 }
 
+/// The GEMV roofline: the block loop's GB/s against each memory level the
+/// target file gives, the bound named for each; none for a GEMM.
+#[test]
+fn plan_prints_the_gemv_roofline() {
+    let plan = |target: &str, m: Option<&str>| {
+        let mut args = vec![
+            "plan",
+            "--target",
+            target,
+            "--format",
+            "tq2_0",
+            "--no-profile",
+        ];
+        if let Some(m) = m {
+            args.extend(["--m", m]);
+        }
+        ok(&args)
+    };
+    let text = plan("zen3", None);
+    let line = text.lines().find(|l| l.contains("roofline")).unwrap();
+    let compute: f64 = line
+        .split(" GB/s at ")
+        .next()
+        .and_then(|a| a.rsplit(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    // zen3: DRAM 22 GB/s per core, L3 65; each side is the smaller figure.
+    for (name, mem) in [("DRAM", 22.0f64), ("L3", 65.0)] {
+        let (gbs, bound) = if compute < mem {
+            (compute, "kernel-bound")
+        } else {
+            (mem, "memory-bound")
+        };
+        let want = format!("{name} {mem:.1} GB/s per core: {bound}, {gbs:.1} GB/s");
+        assert!(line.contains(&want), "`{want}` missing in {line}");
+    }
+    // haswell's file gives no L3 bandwidth; a GEMM plan has no roofline.
+    assert!(plan("haswell", None).contains("L3: no bandwidth in the target file"));
+    assert!(!plan("zen3", Some("32")).contains("roofline"));
+}
+
 #[test]
 fn format_excludes_bits_group_and_unknown_formats_are_named() {
     for args in [

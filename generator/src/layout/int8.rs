@@ -611,6 +611,32 @@ mod tests {
     }
 
     #[test]
+    fn per_16_sums_are_each_half_blocks_level_sum() {
+        // Q2_K's activations: two sums per block, (row, block, half) in
+        // order, each the sum of its 16 levels; the levels and scales are
+        // those of one sum per block.
+        let (m, k, k_pad) = (3, 70, 96);
+        let x = Rng::new(14).vec_f32(m * k);
+        let fmt = ActFormat::plain(GgmlType::Q2_K);
+        assert_eq!((fmt.sums, fmt.bias), (2, 1));
+        let a = quantize_activations_as(&x, m, k, k_pad, fmt);
+        let one = quantize_activations_as(&x, m, k, k_pad, ActFormat { sums: 1, ..fmt });
+        assert_eq!((&a.q, &a.d), (&one.q, &one.d));
+        assert_eq!(a.c.len(), m * 3 * 2);
+        for r in 0..m {
+            for b in 0..3 {
+                for h in 0..2 {
+                    let lo = r * k_pad + b * 32 + h * 16;
+                    let want: i32 = a.q[lo..lo + 16].iter().map(|&v| i32::from(v)).sum();
+                    assert_eq!(a.c[(r * 3 + b) * 2 + h], want, "row {r} block {b} half {h}");
+                }
+                let whole = a.c[(r * 3 + b) * 2] + a.c[(r * 3 + b) * 2 + 1];
+                assert_eq!(whole, one.c[r * 3 + b]);
+            }
+        }
+    }
+
+    #[test]
     fn row_pairs_hold_the_same_levels() {
         let x = Rng::new(8).vec_f32(3 * 70);
         let plain = quantize_activations(&x, 3, 70, 96, GgmlType::Q4_0);
@@ -665,6 +691,57 @@ mod tests {
                     // Signed nibble: two's complement of level - 8.
                     let level = ((nib ^ 8) as i32) - 8;
                     assert_eq!(level, lv as i32 - 8, "col {j} block {b} value {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_bit_layouts_hold_every_level_where_the_kernels_read_it() {
+        // TQ2_0 (levels 0..3, a min per block) on lane groups of 4 and 8
+        // bytes: unpack by the documented rule (chunk g byte j bit pair c is
+        // value 16g + 4c + j; one 8-byte chunk: value 8c + j) and compare
+        // with the source levels; the scale stream holds d then -d.
+        let (k, n) = (512, 16);
+        let w = GgmlMatrix::quantize(&Rng::new(13).vec_f32(k * n), k, n, GgmlType::TQ2_0);
+        for (lanes, t_u, gb) in [(8, 2, 4), (2, 4, 8)] {
+            let l = I8Layout::new(GgmlType::TQ2_0, lanes, t_u, 256, 16, k, n).grouped(gb, true);
+            assert!(!l.signed && l.x_scale() == 1.0 && l.bits == 2);
+            assert_eq!(l.block_bytes(), 8);
+            let p = l.repack(&w);
+            let bytes = p.w.as_bytes();
+            let tw = l.tile_width();
+            for j in 0..n {
+                let (tile, col) = (j / tw, j % tw);
+                let (t, lane) = (col / lanes, col % lanes);
+                for b in 0..k / 32 {
+                    let want = block_levels(w.dtype, w.block(j, b / 8), b % 8);
+                    let (kb, bb) = (b * 32 / l.m_b, b % (l.m_b / 32));
+                    let (base, sbase, nb) = l.tile_offset(0, kb, tile);
+                    assert_eq!(nb, l.m_b / 32);
+                    let block = base + bb * tw * 8;
+                    for (i, &lv) in want.iter().enumerate() {
+                        let (byte, c) = if gb == 4 {
+                            let (g, c, jj) = (i / 16, i % 16 / 4, i % 4);
+                            (block + ((g * t_u + t) * lanes + lane) * 4 + jj, c)
+                        } else {
+                            (block + (t * lanes + lane) * 8 + i % 8, i / 8)
+                        };
+                        assert_eq!(
+                            (bytes[byte] >> (2 * c)) & 3,
+                            lv,
+                            "gb {gb} col {j} value {}",
+                            32 * b + i
+                        );
+                    }
+                    let at = sbase * 2 + bb * tw * 2;
+                    let (d, m) = (p.sc[at + col], p.sc[at + tw + col]);
+                    let want = stored_scale(
+                        w.dtype.format().int8.unwrap().sub_scale,
+                        w.block(j, b / 8),
+                        b % 8,
+                    );
+                    assert_eq!((d, m), (want.0.to_bits(), want.1.to_bits()));
                 }
             }
         }

@@ -130,7 +130,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
         );
         for g in 0..chunks {
-            // A scale per 16 values (Q2_K): chunks 0 and 1 hold values 0..16.
+            // A scale per 16 values: chunks 0 and 1 hold values 0..16.
             if g == chunks / scales_per_block && g > 0 {
                 halves.push(std::mem::take(&mut block));
             }
@@ -334,12 +334,20 @@ mod tests {
         micro_kernel(&p, isa, rows).to_string()
     }
 
-    /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4) holding every
+    /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4; 2-bit: one per bit
+    /// pair of its 2 chunks, 8) holding every
     /// accumulator of the tile; the pointers only where the ISA says so;
     /// none on aarch64, whose dots are `asm!` blocks already.
     #[test]
     fn fences_hold_every_accumulator_once_per_chunk() {
-        for (tag, chunks) in [("q8_0", 8), ("q4_0", 4), ("iq4_nl", 4), ("q5_0", 4)] {
+        for (tag, chunks) in [
+            ("q8_0", 8),
+            ("q4_0", 4),
+            ("iq4_nl", 4),
+            ("q5_0", 4),
+            ("tq2_0", 8),
+            ("q2_k", 8),
+        ] {
             let avx2 = emitted(&AVX2, tag, 2, 3);
             assert_eq!(avx2.matches("asm !").count(), chunks, "{tag} avx2");
             for r in 0..3 {

@@ -139,6 +139,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let group_bytes = lit(isa.group_bytes);
     let signed = isa.signed_levels(&p.spec);
     let row_pairs = isa.mmla && p.tile.m_r > 1;
+    let sums_per_block = lit(p.spec.sums_per_block());
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
         p.spec.format_tag(),
@@ -174,6 +175,8 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             pub const SIGNED: bool = #signed;
             /// Activation rows interleaved in pairs (`kgen::int8_layout::ActFormat`).
             pub const ROW_PAIRS: bool = #row_pairs;
+            /// Activation level sums per 32-value block (2: a min per 16 values).
+            pub const SUMS: usize = #sums_per_block;
 
             #(#micro)*
 
@@ -184,8 +187,9 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             /// # Safety
             /// The CPU must have `FEATURES`; `w` and `sc` hold a matrix packed for
             /// this kernel (see `kgen::int8_layout`) with `k_pad x n_pad` values;
-            /// `xq` is `m x k_pad` int8 activations, `xd` and `xc` are `m x k_pad/32`
-            /// block scales and bias corrections; `y` is `m x n_pad`.
+            /// `xq` is `m x k_pad` int8 activations, `xd` is `m x k_pad/32` block
+            /// scales and `xc` `m x k_pad/32 x SUMS` level sums (bias corrections);
+            /// `y` is `m x n_pad`.
             #tf
             pub unsafe fn run(
                 w: *const u8, sc: *const u16, xq: *const i8, xd: *const f32, xc: *const i32,
