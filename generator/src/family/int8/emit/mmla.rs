@@ -91,6 +91,85 @@ fn load_fifth_bits(p: &MicroSpec) -> TokenStream {
     out
 }
 
+/// The GEMV's dots of half `h` on 4-, 5- and 8-bit pair layouts: per
+/// chunk, `sdot` of each column pair's levels against the activation's 8
+/// values broadcast to both halves.
+fn chunk_gemv(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> TokenStream {
+    let (_, chunks) = geometry(p, isa);
+    let (gb, t_sub) = (isa.group_bytes, p.tile.t_sub);
+    let iv = |t: usize| format_ident!("i_0_{}", t);
+    let mut body = TokenStream::new();
+    for g in h * chunks / spb..(h + 1) * chunks / spb {
+        body.extend(load_weights(p, isa, g));
+        if p.spec.bits() != 8 {
+            // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
+            let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
+            body.extend(quote! {
+                let xl = ops::bcast8(xq.add(#ol));
+                let xh = ops::bcast8(xq.add(#oh));
+            });
+            for t in 0..t_sub {
+                let (i, lo, hi) = (iv(t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+                body.extend(quote! {
+                    #i = ops::sdot(#i, #lo, xl);
+                    #i = ops::sdot(#i, #hi, xh);
+                });
+            }
+        } else {
+            let o = lit(gb * g);
+            body.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
+            for t in 0..t_sub {
+                let (i, wv) = (iv(t), format_ident!("w_{}", t));
+                body.extend(quote! { #i = ops::sdot(#i, #wv, x); });
+            }
+        }
+    }
+    body
+}
+
+/// The GEMM's tiles of half `h` on 4-, 5- and 8-bit pair layouts: per
+/// chunk and row pair, `smmla` against the pair's interleaved activations.
+fn chunk_mmla(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize, pairs: usize) -> TokenStream {
+    let (_, chunks) = geometry(p, isa);
+    let t_sub = p.tile.t_sub;
+    let iv = |q: usize, t: usize| format_ident!("i_{}_{}", q, t);
+    let mut body = TokenStream::new();
+    for g in h * chunks / spb..(h + 1) * chunks / spb {
+        body.extend(load_weights(p, isa, g));
+        for q in 0..pairs {
+            let row = lit(q);
+            if p.spec.bits() != 8 {
+                // 16 activation bytes per 8 values of the pair: values
+                // 16g.. (low nibbles) and 16g + 8.. (high).
+                let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
+                body.extend(quote! {
+                    let xl = ops::loadx(xq.add(#row * ldx + #ol));
+                    let xh = ops::loadx(xq.add(#row * ldx + #oh));
+                });
+                for t in 0..t_sub {
+                    let (i, lo, hi) = (
+                        iv(q, t),
+                        format_ident!("lo_{}", t),
+                        format_ident!("hi_{}", t),
+                    );
+                    body.extend(quote! {
+                        #i = ops::mmla(#i, xl, #lo);
+                        #i = ops::mmla(#i, xh, #hi);
+                    });
+                }
+            } else {
+                let o = lit(16 * g);
+                body.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
+                for t in 0..t_sub {
+                    let (i, wv) = (iv(q, t), format_ident!("w_{}", t));
+                    body.extend(quote! { #i = ops::mmla(#i, x, #wv); });
+                }
+            }
+        }
+    }
+    body
+}
+
 /// Bit pairs of the 2-bit layout that half `h` of `spb` covers: the one
 /// 8-byte group per column holds values `8c..8c + 8` in bit pair `c`, so a
 /// half block (a scale per 16 values) is two of them; the weights are
@@ -156,8 +235,6 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         t_sub.is_multiple_of(2),
         "pair GEMV folds two column pairs at once"
     );
-    let (_, chunks) = geometry(p, isa);
-    let gb = isa.group_bytes;
     let fv = |v: usize| format_ident!("f_0_{}", v);
     let iv = |t: usize| format_ident!("i_0_{}", t);
     let (mut init, mut store, mut body) =
@@ -179,34 +256,11 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         if h == 0 {
             body.extend(load_fifth_bits(p));
         }
-        if p.spec.bits() == 2 {
-            body.extend(two_bit_gemv(p, isa, h, spb));
-        }
-        for g in (h * chunks / spb..(h + 1) * chunks / spb).filter(|_| p.spec.bits() != 2) {
-            body.extend(load_weights(p, isa, g));
-            if p.spec.bits() != 8 {
-                // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
-                let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
-                body.extend(quote! {
-                    let xl = ops::bcast8(xq.add(#ol));
-                    let xh = ops::bcast8(xq.add(#oh));
-                });
-                for t in 0..t_sub {
-                    let (i, lo, hi) = (iv(t), format_ident!("lo_{}", t), format_ident!("hi_{}", t));
-                    body.extend(quote! {
-                        #i = ops::sdot(#i, #lo, xl);
-                        #i = ops::sdot(#i, #hi, xh);
-                    });
-                }
-            } else {
-                let o = lit(gb * g);
-                body.extend(quote! { let x = ops::bcast8(xq.add(#o)); });
-                for t in 0..t_sub {
-                    let (i, wv) = (iv(t), format_ident!("w_{}", t));
-                    body.extend(quote! { #i = ops::sdot(#i, #wv, x); });
-                }
-            }
-        }
+        body.extend(if p.spec.bits() == 2 {
+            two_bit_gemv(p, isa, h, spb)
+        } else {
+            chunk_gemv(p, isa, h, spb)
+        });
         body.extend(quote! { let dx = ops::splatf(xd); });
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         let (sx, sb) = (format_ident!("sx"), format_ident!("sb"));
@@ -256,7 +310,6 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
         "rows are stored 4 columns at a time"
     );
     let pairs = rows.div_ceil(2);
-    let (_, chunks) = geometry(p, isa);
     let fv = |q: usize, t: usize| format_ident!("f_{}_{}", q, t);
     let iv = |q: usize, t: usize| format_ident!("i_{}_{}", q, t);
     let (mut init, mut store, mut body, mut zero) = (
@@ -303,42 +356,11 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
         if h == 0 {
             body.extend(load_fifth_bits(p));
         }
-        if p.spec.bits() == 2 {
-            body.extend(two_bit_mmla(p, isa, h, spb, pairs));
-        }
-        for g in (h * chunks / spb..(h + 1) * chunks / spb).filter(|_| p.spec.bits() != 2) {
-            body.extend(load_weights(p, isa, g));
-            for q in 0..pairs {
-                let row = lit(q);
-                if p.spec.bits() != 8 {
-                    // 16 activation bytes per 8 values of the pair: values
-                    // 16g.. (low nibbles) and 16g + 8.. (high).
-                    let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
-                    body.extend(quote! {
-                        let xl = ops::loadx(xq.add(#row * ldx + #ol));
-                        let xh = ops::loadx(xq.add(#row * ldx + #oh));
-                    });
-                    for t in 0..t_sub {
-                        let (i, lo, hi) = (
-                            iv(q, t),
-                            format_ident!("lo_{}", t),
-                            format_ident!("hi_{}", t),
-                        );
-                        body.extend(quote! {
-                            #i = ops::mmla(#i, xl, #lo);
-                            #i = ops::mmla(#i, xh, #hi);
-                        });
-                    }
-                } else {
-                    let o = lit(16 * g);
-                    body.extend(quote! { let x = ops::loadx(xq.add(#row * ldx + #o)); });
-                    for t in 0..t_sub {
-                        let (i, wv) = (iv(q, t), format_ident!("w_{}", t));
-                        body.extend(quote! { #i = ops::mmla(#i, x, #wv); });
-                    }
-                }
-            }
-        }
+        body.extend(if p.spec.bits() == 2 {
+            two_bit_mmla(p, isa, h, spb, pairs)
+        } else {
+            chunk_mmla(p, isa, h, spb, pairs)
+        });
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         for t in 0..t_sub {
             let (s, off) = (format_ident!("s_{}", t), lit(h * tw + 2 * t));
