@@ -13,9 +13,37 @@
 //! `GgmlMatrix::validate` refuses), never a panic.
 
 use crate::format::ggml::numpy::write_f16;
+use crate::format::row::QK;
 
 /// Values per super-block.
 pub(crate) const QK_K: usize = 256;
+
+/// Where value `f` of a super-block sits in a plane of 2-bit fields
+/// (Q2_K's and TQ2_0's levels, Q3_K's low two bits): byte
+/// `32 (f / 128) + f % 32` of the plane, bits `2 ((f % 128) / 32)` up.
+pub(crate) fn crumb_place(f: usize) -> (usize, u32) {
+    (32 * (f / 128) + f % 32, 2 * (f % 128 / 32) as u32)
+}
+
+/// The 2-bit field of value `f` in `plane` (see [`crumb_place`]).
+pub(crate) fn crumb(plane: &[u8], f: usize) -> u8 {
+    let (byte, shift) = crumb_place(f);
+    (plane[byte] >> shift) & 3
+}
+
+/// The 2-bit fields of 32-value sub-block `s`, in order along K.
+pub(crate) fn sub_block_crumbs(plane: &[u8], s: usize) -> [u8; QK] {
+    std::array::from_fn(|i| crumb(plane, QK * s + i))
+}
+
+/// ORs the low two bits of each of `fields` (in order along K) into their
+/// places of `plane` (see [`crumb_place`]).
+pub(crate) fn pack_crumbs(fields: impl IntoIterator<Item = u8>, plane: &mut [u8]) {
+    for (f, v) in fields.into_iter().enumerate() {
+        let (byte, shift) = crumb_place(f);
+        plane[byte] |= (v & 3) << shift;
+    }
+}
 
 /// Sub-block magnitudes below this are all-zero sub-blocks (ggml's
 /// `GROUP_MAX_EPS`).

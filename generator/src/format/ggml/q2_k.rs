@@ -14,7 +14,8 @@
 //! sub-scales under an f16 super-scale would stream less.)
 
 use crate::format::ggml::kquant::{
-    encode_non_finite, fit_scale_min, quantize_scales, requantize_min, Search, QK_K,
+    crumb, encode_non_finite, fit_scale_min, pack_crumbs, quantize_scales, requantize_min,
+    sub_block_crumbs, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
@@ -42,7 +43,7 @@ pub const Q2_K: Format = Format {
 
 /// The stored levels (0..4) of 32-value sub-block `s`, in order along K.
 fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
-    std::array::from_fn(|i| level(blk, QK * s + i))
+    sub_block_crumbs(&blk[QS..], s)
 }
 
 /// The int8 row's scale and min of 16-value sub-block `s`: `d * sc_s` and
@@ -61,7 +62,7 @@ const D: usize = QS + QK_K / 4;
 
 /// Stored level (0..4) of value `f`.
 fn level(blk: &[u8], f: usize) -> u8 {
-    (blk[QS + 32 * (f / 128) + f % 32] >> (2 * (f % 128 / 32))) & 3
+    crumb(&blk[QS..], f)
 }
 
 /// One super-block, as gguf-py's `Q2_K.dequantize_blocks`:
@@ -122,9 +123,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
     out.extend((0..QK_K / SUB).map(|s| sc[s] | (m[s] << 4)));
     let start = out.len();
     out.resize(start + QK_K / 4, 0);
-    for (f, &l) in q.iter().enumerate() {
-        out[start + 32 * (f / 128) + f % 32] |= l << (2 * (f % 128 / 32));
-    }
+    pack_crumbs(q, &mut out[start..]);
     out.extend_from_slice(&dd);
 }
 

@@ -16,7 +16,7 @@
 //! bytes.)
 
 use crate::format::ggml::kquant::{
-    encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
+    crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
@@ -47,7 +47,7 @@ pub const Q3_K: Format = Format {
 fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
     std::array::from_fn(|i| {
         let f = QK * s + i;
-        let low = (blk[QS + 32 * (f / 128) + f % 32] >> (2 * (f % 128 / 32))) & 3;
+        let low = crumb(&blk[QS..], f);
         let third = (blk[f % 32] >> (f / 32)) & 1;
         ((low | (third << 2)) as i8 - 4) as u8
     })
@@ -71,7 +71,7 @@ const D: usize = SC + 12;
 /// The 256 stored levels (0..8), in order along K.
 fn levels(blk: &[u8]) -> [u8; QK_K] {
     std::array::from_fn(|f| {
-        let low = (blk[QS + 32 * (f / 128) + f % 32] >> (2 * (f % 128 / 32))) & 3;
+        let low = crumb(&blk[QS..], f);
         let third = (blk[f % 32] >> (f / 32)) & 1;
         low | (third << 2)
     })
@@ -141,9 +141,9 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
     let start = out.len();
     out.resize(start + Q3_K.block_bytes, 0);
     let blk = &mut out[start..];
-    for (f, &v) in l.iter().enumerate() {
-        let q = (v as i32 + 4) as u8;
-        blk[QS + 32 * (f / 128) + f % 32] |= (q & 3) << (2 * (f % 128 / 32));
+    let q = l.map(|v| (v as i32 + 4) as u8);
+    pack_crumbs(q, &mut blk[QS..]);
+    for (f, &q) in q.iter().enumerate() {
         blk[f % 32] |= (q >> 2) << (f / 32);
     }
     for (j, &s) in sc.iter().enumerate() {

@@ -10,7 +10,7 @@
 //! `d * (q - 1)` bit for bit for `d >= 0`; for a negative `d` only the sign
 //! of a zero weight differs).
 
-use crate::format::ggml::kquant::QK_K;
+use crate::format::ggml::kquant::{crumb, pack_crumbs, sub_block_crumbs, QK_K};
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
 
@@ -40,11 +40,11 @@ const D: usize = QK_K / 4;
 
 /// Stored level (0..3) of value `f`.
 fn level(blk: &[u8], f: usize) -> u8 {
-    (blk[32 * (f / 128) + f % 32] >> (2 * (f % 128 / 32))) & 3
+    crumb(blk, f)
 }
 
 fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
-    std::array::from_fn(|i| level(blk, QK * s + i))
+    sub_block_crumbs(blk, s)
 }
 
 fn scale_and_min(blk: &[u8], s: usize) -> (f32, f32) {
@@ -85,9 +85,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
     let (d, q) = ternary_levels(x);
     let start = out.len();
     out.resize(start + D, 0);
-    for (f, &l) in q.iter().enumerate() {
-        out[start + 32 * (f / 128) + f % 32] |= l << (2 * (f % 128 / 32));
-    }
+    pack_crumbs(q, &mut out[start..]);
     write_f16(out, d);
 }
 
