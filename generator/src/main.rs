@@ -195,8 +195,9 @@ struct SpecArgs {
     /// f32 family: group size along K, 16, 32, 64, 128, 256, or `col` for whole column.
     #[arg(long, short, default_value = "128")]
     group: String,
-    /// The int8-activation family for GGUF weights instead of the f32
-    /// family's --bits/--group: a format tag of the format table.
+    /// The int8-activation family instead of the f32 family's
+    /// --bits/--group: a format tag of the format table (GGUF types, and
+    /// kgen's own 2- and 1-bit grids k2_bb, k2_pl, k1).
     #[arg(long, value_parser = Int8FormatParser, conflicts_with_all = ["bits", "group", "tile", "order"])]
     format: Option<I8Spec>,
     /// ISAs to emit: `best`, `all`, or a comma-separated list
@@ -539,13 +540,21 @@ fn print_plan_i8(
     );
     let levels = if p.spec.codebook() {
         "4-bit codebook indices".to_string()
+    } else if let Some(grid) = p.spec.format.grid() {
+        format!("{}-bit indices into the grid {grid:?}", p.spec.bits())
     } else {
         format!("{}-bit levels", p.spec.bits())
     };
+    let source = p.spec.source_type();
     outln!(
-        "  format {} (GGUF {}: {levels}, blocks of 32), op {}",
+        "  format {} ({} {}: {levels}, blocks of 32), op {}",
         p.spec.format_tag(),
-        p.spec.source_type().name(),
+        if source.is_gguf() {
+            "GGUF"
+        } else {
+            "kgen's own"
+        },
+        source.name(),
         match p.spec.op {
             Op::Gemv => "gemv".to_string(),
             Op::Gemm { m } => format!("gemm (m={m})"),

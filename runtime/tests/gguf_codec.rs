@@ -28,7 +28,8 @@ fn dequantize_matches_gguf_py_bit_for_bit() {
         }
         *seen.entry(e.dtype).or_insert(0) += 1;
     }
-    for t in GgmlType::all() {
+    // kgen's own formats are in no GGUF file.
+    for t in GgmlType::all().filter(|t| t.is_gguf()) {
         assert!(
             seen.get(&t).copied().unwrap_or(0) >= 3,
             "too few {t} tensors: {seen:?}"

@@ -313,6 +313,16 @@ fn crafted_tensors_that_are_not_matrices() {
         "{e}"
     );
     assert!(g.tensor_bytes("w").is_err());
+    // kgen's own formats (k2_bb, ...) have ids no GGUF file may name: the
+    // id is unknown to the reader, never decoded as kgen's blocks.
+    let own = kgen::format::ggml::GgmlType::K2_BB.id();
+    let g = Builder::new()
+        .tensor("w", &[32, 1], own, 0)
+        .data(64)
+        .open()
+        .unwrap();
+    let e = g.matrix("w").unwrap_err().0;
+    assert!(e.contains(&format!("unknown type id {own}")), "{e}");
     // Empty.
     let g = Builder::new().tensor("w", &[0, 4], 0, 0).open().unwrap();
     assert!(g.matrix("w").unwrap_err().0.contains("empty"));

@@ -176,8 +176,8 @@ pub unsafe fn scales_pair(p: *const u16) -> F {
 }
 
 /// Codebook of the codebook formats (IQ4_NL): the int8 level of each 4-bit
-/// index. The emitter replaces it with the format's own table and keeps it,
-/// `idx_lo` / `idx_hi` and `lut` only in codebook kernels.
+/// index. The emitter replaces it with the format's own table and keeps it
+/// and `lut` only in codebook kernels (`idx_lo` / `idx_hi` also in grid ones).
 pub const CODEBOOK: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Low-nibble codebook indices (one mask).
@@ -197,6 +197,24 @@ pub unsafe fn idx_hi(w: I) -> I {
 #[inline(always)]
 pub unsafe fn lut(idx: I) -> I {
     let t = vld1q_s8(CODEBOOK.as_ptr());
+    vreinterpretq_s32_s8(vqtbl1q_s8(t, vreinterpretq_u8_s32(idx)))
+}
+
+/// 2-bit grid formats (kgen's `k2_*`, paper 004): `GRID[C][n]` is the
+/// unsigned level of index field `C` (bits `2C..2C + 2`) of nibble `n`, so
+/// one shuffle per field turns nibble indices into levels. The emitter
+/// replaces the table with the format's and keeps it, `idx_lo` / `idx_hi`
+/// and `grid_lut` only in grid kernels.
+pub const GRID: [[i8; 16]; 2] = [
+    [0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4],
+    [0, 0, 0, 0, 1, 1, 1, 1, 3, 3, 3, 3, 4, 4, 4, 4],
+];
+
+/// Levels of index field `C` of 16 nibble indices (0..16): one tbl from the table in a register
+/// (the table load is loop-invariant).
+#[inline(always)]
+pub unsafe fn grid_lut<const C: usize>(idx: I) -> I {
+    let t = vld1q_s8(GRID[C].as_ptr());
     vreinterpretq_s32_s8(vqtbl1q_s8(t, vreinterpretq_u8_s32(idx)))
 }
 

@@ -169,8 +169,8 @@ pub unsafe fn scales(p: *const u16) -> F {
 }
 
 /// Codebook of the codebook formats (IQ4_NL): the int8 level of each 4-bit
-/// index. The emitter replaces it with the format's own table and keeps it,
-/// `idx_lo` / `idx_hi` and `lut` only in codebook kernels.
+/// index. The emitter replaces it with the format's own table and keeps it
+/// and `lut` only in codebook kernels (`idx_lo` / `idx_hi` also in grid ones).
 pub const CODEBOOK: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Low-nibble codebook indices.
@@ -189,6 +189,23 @@ pub unsafe fn idx_hi(w: I) -> I {
 #[inline(always)]
 pub unsafe fn lut(idx: I) -> I {
     idx.map(|v| u32::from_le_bytes(v.to_le_bytes().map(|b| CODEBOOK[(b & 15) as usize] as u8)))
+}
+
+/// 2-bit grid formats (kgen's `k2_*`, paper 004): `GRID[C][n]` is the
+/// unsigned level of index field `C` (bits `2C..2C + 2`) of nibble `n`, so
+/// one shuffle per field turns nibble indices into levels. The emitter
+/// replaces the table with the format's and keeps it, `idx_lo` / `idx_hi`
+/// and `grid_lut` only in grid kernels.
+pub const GRID: [[i8; 16]; 2] = [
+    [0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4],
+    [0, 0, 0, 0, 1, 1, 1, 1, 3, 3, 3, 3, 4, 4, 4, 4],
+];
+
+/// Levels of index field `C` of 32 nibble indices (0..16): per byte
+/// (the table load is loop-invariant).
+#[inline(always)]
+pub unsafe fn grid_lut<const C: usize>(idx: I) -> I {
+    idx.map(|v| u32::from_le_bytes(v.to_le_bytes().map(|b| GRID[C][(b & 15) as usize] as u8)))
 }
 
 // 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A

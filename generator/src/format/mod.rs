@@ -1,13 +1,15 @@
 //! Weight formats: the format table ([`table`], one [`row::Format`] per
 //! format: geometry, levels, reference codec, how the int8 family runs it),
-//! the GGML block codecs ([`ggml`]), the GPTQ packing ([`gptq`]) and kgen's
-//! own symmetric groups ([`symmetric`]).
+//! the GGML block codecs ([`ggml`]), the GPTQ packing ([`gptq`]), kgen's
+//! own symmetric groups ([`symmetric`]) and its own 2-bit grid formats
+//! ([`grid`]).
 //!
 //! Built without the `codegen` feature: user binaries link this.
 
 pub mod error;
 pub mod ggml;
 pub mod gptq;
+pub mod grid;
 pub mod rng;
 pub mod row;
 pub mod symmetric;

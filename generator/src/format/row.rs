@@ -9,6 +9,11 @@ use std::hash::{Hash, Hasher};
 /// activation blocks.
 pub const QK: usize = 32;
 
+/// Type ids from here up name kgen's own formats (`"KG"` in the high
+/// bytes): rows of the table that no GGUF file may name, so a file's type
+/// id never resolves to one (see [`Format::is_gguf`]).
+pub const OWN_TYPE_BASE: u32 = 0x4b47_0000;
+
 /// How a block's integer levels map to weights (before the block scale).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Levels {
@@ -23,6 +28,13 @@ pub enum Levels {
     /// Stored 4-bit indices into an int8 codebook; the weight is
     /// `d * codebook[q]` (IQ4_NL). The codebook belongs to the format.
     Codebook(&'static [i8; 16]),
+    /// Stored `bits`-bit indices into a grid of `2^bits` levels; the weight
+    /// is `d * grid[q]` (kgen's own 2-bit formats: the bit-balanced grid
+    /// {-2, -1, 1, 2} or the plain {-2, -1, 0, 1}). The int8 kernels look
+    /// the indices up as unsigned levels `grid[q] - min(grid)` (one byte
+    /// shuffle per index field of a nibble, paper 004) and remove
+    /// `-min(grid)` per block through the activation sums, as an offset.
+    Grid(&'static [i8]),
 }
 
 /// How the int8-activation family stores and reads a format. The family
@@ -86,7 +98,7 @@ pub struct Format {
     pub tag: &'static str,
     /// ggml's name (`Q4_0`).
     pub name: &'static str,
-    /// The GGUF / ggml type id.
+    /// The GGUF / ggml type id (kgen's own formats: [`OWN_TYPE_BASE`] and up).
     pub gguf_type: u32,
     /// Values per block along K (1 for the float types).
     pub block: usize,
@@ -110,12 +122,44 @@ pub struct Format {
 }
 
 impl Format {
-    /// The offset removed from stored levels (0 unless [`Levels::Offset`]).
+    /// The offset removed from stored levels: [`Levels::Offset`]'s, a
+    /// grid's `-min(grid)` (its unsigned table levels are `grid[q] + offset`),
+    /// else 0.
     pub fn offset(&self) -> i32 {
         match self.levels {
             Levels::Offset(o) => o,
+            Levels::Grid(g) => -g.iter().map(|&v| v as i32).min().unwrap_or(0),
             _ => 0,
         }
+    }
+
+    /// The level grid of a [`Levels::Grid`] format.
+    pub fn grid(&self) -> Option<&'static [i8]> {
+        match self.levels {
+            Levels::Grid(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// A grid format's lookup tables for the int8 kernels: table `c` maps a
+    /// 4-bit index `n` (a nibble of the packed layout) to the unsigned level
+    /// of its `c`-th `bits`-wide field, `grid[(n >> (bits c)) & mask] +
+    /// offset`, for the `4 / bits` fields of a nibble.
+    pub fn grid_tables(&self) -> Option<Vec<[i8; 16]>> {
+        let g = self.grid()?;
+        let bits = self.bits as usize;
+        let (mask, off) = ((1usize << bits) - 1, self.offset());
+        Some(
+            (0..4 / bits)
+                .map(|c| std::array::from_fn(|n| (g[(n >> (bits * c)) & mask] as i32 + off) as i8))
+                .collect(),
+        )
+    }
+
+    /// Whether the format is one of GGUF's types (not one of kgen's own,
+    /// which no GGUF file may name).
+    pub fn is_gguf(&self) -> bool {
+        self.gguf_type < OWN_TYPE_BASE
     }
 
     /// The codebook of a [`Levels::Codebook`] format.
@@ -132,6 +176,7 @@ impl Format {
             Levels::Offset(o) => stored as i32 - o,
             Levels::Signed => stored as i8 as i32,
             Levels::Codebook(c) => c[stored as usize & 15] as i32,
+            Levels::Grid(g) => g[stored as usize & (g.len() - 1)] as i32,
             Levels::Float => stored as i32,
         }
     }

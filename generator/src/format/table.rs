@@ -23,6 +23,7 @@ use crate::format::ggml::q6_k;
 use crate::format::ggml::q8_0;
 use crate::format::ggml::tq1_0;
 use crate::format::ggml::tq2_0;
+use crate::format::grid;
 use crate::format::row::{Format, GgmlType};
 
 /// Every format, in the order the CLI lists them.
@@ -42,6 +43,9 @@ pub const FORMATS: &[&Format] = &[
     &q6_k::Q6_K,
     &tq1_0::TQ1_0,
     &tq2_0::TQ2_0,
+    &grid::K2_BB,
+    &grid::K2_PL,
+    &grid::K1,
 ];
 
 impl GgmlType {
@@ -60,15 +64,24 @@ impl GgmlType {
     pub const Q6_K: GgmlType = GgmlType(&q6_k::Q6_K);
     pub const TQ1_0: GgmlType = GgmlType(&tq1_0::TQ1_0);
     pub const TQ2_0: GgmlType = GgmlType(&tq2_0::TQ2_0);
+    pub const K2_BB: GgmlType = GgmlType(&grid::K2_BB);
+    pub const K2_PL: GgmlType = GgmlType(&grid::K2_PL);
+    pub const K1: GgmlType = GgmlType(&grid::K1);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {
         FORMATS.iter().map(|f| GgmlType(f))
     }
 
-    /// The type with this GGUF id, if kgen supports it.
+    /// The type with this GGUF id, if kgen supports it (never one of
+    /// kgen's own formats).
     pub fn from_id(id: u32) -> Option<GgmlType> {
         by_gguf_type(id).map(GgmlType)
+    }
+
+    /// Whether this is one of GGUF's types, not one of kgen's own.
+    pub fn is_gguf(self) -> bool {
+        self.0.is_gguf()
     }
 }
 
@@ -79,7 +92,10 @@ pub fn by_tag(tag: &str) -> Option<&'static Format> {
 
 /// The format with this GGUF type id, if kgen supports it.
 pub fn by_gguf_type(id: u32) -> Option<&'static Format> {
-    FORMATS.iter().copied().find(|f| f.gguf_type == id)
+    FORMATS
+        .iter()
+        .copied()
+        .find(|f| f.gguf_type == id && f.is_gguf())
 }
 
 /// The formats the int8 family runs, in table order.
@@ -143,6 +159,13 @@ mod tests {
     #[test]
     fn rows_agree_with_ggml_sizes_and_tags_are_unique() {
         for f in FORMATS {
+            if !f.is_gguf() {
+                // kgen's own: unknown to ggml, and never named by a file.
+                assert_eq!(type_name(f.gguf_type), None, "{}", f.name);
+                assert!(by_gguf_type(f.gguf_type).is_none());
+                assert_eq!(by_tag(f.tag).map(|g| g.name), Some(f.name));
+                continue;
+            }
             assert_eq!(
                 type_size(f.gguf_type),
                 Some((f.block, f.block_bytes)),

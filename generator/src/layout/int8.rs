@@ -21,6 +21,12 @@
 //!   chunk `g` = `sum_c q[16g + 4c + j] << 2c`, unsigned: a shift by `2c`
 //!   and a mask give values `16g + 4c..+4`, one activation broadcast each.
 //!   With `G` = 8 the one chunk's byte `j` is `sum_c q[8c + j] << 2c`.
+//! - 1-bit (`layout_bits` 1: kgen's `k1`): 1 chunk, byte `j` =
+//!   `sum_c q[4c + j] << c` for `c` in 0..8; 4-byte groups only (the pair
+//!   ISAs run no 1-bit kernels).
+//!
+//! Grid formats (kgen's `k2_*`, `k1`) store indices, which their kernels
+//! look up a nibble at a time (one byte shuffle per index field).
 //!
 //! With `group_bytes` G = 8 (the MMLA layouts, paper 000's Q4_0_4_8 and
 //! Q4_0_8_8) a lane is 8 bytes of one column and a 16-byte vector holds a
@@ -283,6 +289,9 @@ impl I8Layout {
                 // The same for the words per column and block (the 5-bit
                 // plane's word aside): the scatter to the chunks unrolls.
                 let fill = match (self.group_bytes, self.bits) {
+                    (4, 1) => Self::fill_panels::<1, 1>,
+                    // No kernel reads one (`I8Isa::supports`).
+                    (_, 1) => panic!("1-bit int8 layouts take 4-byte lane groups"),
                     (4, 2) => Self::fill_panels::<1, 2>,
                     (_, 2) => Self::fill_panels::<2, 2>,
                     (4, 8) => Self::fill_panels::<1, 8>,
@@ -333,6 +342,7 @@ impl I8Layout {
         // time; every other format goes through its row's level and scale
         // functions.
         let direct = !plane
+            && matches!(self.bits, 4 | 8)
             && subs == 1
             && !repack.mins
             && repack.scales_per_block == 1
@@ -479,7 +489,7 @@ pub fn stored_scale(
     (half::f16::from_f32_const(d), half::f16::from_f32_const(m))
 }
 
-/// One column's block of `levels` in the layout of `bits` (2, 4, 5 or 8) for
+/// One column's block of `levels` in the layout of `bits` (1, 2, 4, 5 or 8) for
 /// lane groups of `gb` bytes.
 #[inline]
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
@@ -487,6 +497,7 @@ fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]
         5 => five_bit_chunks(gb, levels, out),
         4 => block_chunks(4, gb, &nibble_bytes(levels), out),
         2 => two_bit_chunks(gb, levels, out),
+        1 => out[0] = one_bit_word(levels),
         _ => block_chunks(8, gb, levels, out),
     }
 }
@@ -510,6 +521,15 @@ fn two_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     for (v, o) in out.iter_mut().enumerate().take(2) {
         *o = (0..4).fold(0, |a, c| a | word(at(v, c)) << (2 * c));
     }
+}
+
+/// One column's block of 1-bit `levels` (0 or 1) for 4-byte lane groups:
+/// byte `j` bit `c` holds value `4 c + j`, so the bits of one byte are the
+/// values its lane's activation broadcasts `4 c..4 c + 4` meet.
+#[inline]
+fn one_bit_word(levels: &[u8; QK]) -> u32 {
+    let word = |at: usize| u32::from_le_bytes(levels[at..at + 4].try_into().expect("4 bytes"));
+    (0..8).fold(0, |a, c| a | (word(4 * c) & 0x0101_0101) << c)
 }
 
 /// Levels (low 4 bits) in Q4_0's byte order: byte `i` holds value `i` in

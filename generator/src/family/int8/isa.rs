@@ -240,6 +240,15 @@ impl I8Isa {
     /// (A 256-bit SVE core with i8mm ranks i8mm first anyway, see
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
+        if self.group_bytes == 8 && spec.bits() == 1 {
+            return Err(format!(
+                "int8 ISA {} has no {} kernels (1-bit levels have no pair layout); \
+                 its CPUs run {} on dotprod",
+                self.name,
+                spec.format_tag(),
+                spec.format_tag()
+            ));
+        }
         if self.sve_bits.is_some() {
             let missing = if spec.codebook() {
                 "table lookup"
@@ -251,6 +260,8 @@ impl I8Isa {
                 "5-bit unpack"
             } else if spec.bits() == 2 {
                 "2-bit unpack"
+            } else if spec.bits() == 1 {
+                "1-bit unpack"
             } else {
                 return Ok(());
             };

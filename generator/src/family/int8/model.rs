@@ -25,7 +25,11 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// absolute values), two activation vectors, and two constants (nibble
 /// mask, word of ones; 5-bit: and the fifth-bit mask).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
+    let grid_tables = spec.grid_tables().map_or(0, |t| t.len());
     let vectors = match spec.bits() {
+        // 1- and 2-bit grids: each column group's two nibble planes and one
+        // level.
+        1 | 2 if grid_tables > 0 => 3 * tile.t_sub,
         // 2-bit: each column group's chunk and one bit pair of it.
         2 | 4 => 2 * tile.t_sub,
         5 => 3 * tile.t_sub,
@@ -53,8 +57,14 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // The SVE emitter's own register map (activations share scratch).
         return crate::family::int8::emit::sve::registers(spec.bits(), tile.t_sub, tile.m_r);
     }
-    // Codebook kernels keep the table in a register too.
-    accumulators + weights + 2 + 2 + usize::from(spec.codebook()) + usize::from(spec.bits() == 5)
+    // Codebook and grid kernels keep their tables in registers too.
+    accumulators
+        + weights
+        + 2
+        + 2
+        + usize::from(spec.codebook())
+        + grid_tables
+        + usize::from(spec.bits() == 5)
 }
 
 /// Instructions of one 32-value block of `tile`'s micro kernel (all its

@@ -116,6 +116,12 @@ impl I8Spec {
         GgmlType(self.format)
     }
 
+    /// A grid format's lookup tables (kgen's 2-bit grids), one per index
+    /// field of a nibble.
+    pub fn grid_tables(&self) -> Option<Vec<[i8; 16]>> {
+        self.format.grid_tables()
+    }
+
     /// The codebook of a codebook format.
     pub fn codebook_values(&self) -> Option<&'static [i8; 16]> {
         self.format.codebook()

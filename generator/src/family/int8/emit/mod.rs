@@ -18,7 +18,13 @@ use quote::{format_ident, quote};
 
 /// Template primitives only codebook kernels use: left out of the other
 /// kernels' `ops` so their code does not change.
-const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut", "idx_lo", "idx_hi"];
+const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut"];
+
+/// The nibble split of table-lookup kernels (codebook and grid formats).
+const INDEX_ITEMS: &[&str] = &["idx_lo", "idx_hi"];
+
+/// Template primitives only grid kernels use (kgen's 2-bit grids).
+const GRID_ITEMS: &[&str] = &["GRID", "grid_lut"];
 
 /// Template primitives only 5-bit kernels use (the fifth-bit unpack, the
 /// two-dot accumulate, the pair layouts' plane split and bias), likewise
@@ -43,6 +49,12 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             p.spec.format_tag(),
             if p.spec.codebook() {
                 "4-bit codebook indices, table lookup to signed int8".to_string()
+            } else if let Some(grid) = p.spec.format.grid() {
+                format!(
+                    "{}-bit indices into the grid {grid:?}, table lookup to unsigned levels + {}",
+                    p.spec.bits(),
+                    p.spec.format.offset()
+                )
             } else if p.spec.mins() {
                 format!(
                     "{}-bit unsigned levels, a scale and a min per {} values{}",
@@ -79,6 +91,10 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             isa.group_bytes,
             if p.spec.codebook() {
                 ", unsigned nibble indices"
+            } else if p.spec.format.grid().is_some() && p.spec.bits() == 1 {
+                ", 1-bit indices, bit c of byte j is value 4c + j"
+            } else if p.spec.format.grid().is_some() {
+                ", 2-bit indices in the 4 bit pairs of each byte"
             } else if p.spec.bits() == 2 {
                 ", 2-bit levels in the 4 bit pairs of each byte"
             } else if isa.signed_nibbles && p.spec.bits() == 4 {
@@ -213,6 +229,10 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     })?;
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_items(&mut items, spec, isa)?;
+    grid_items(&mut items, spec, isa)?;
+    if !spec.codebook() && spec.grid_tables().is_none() {
+        items.retain(|it| item_name(it).is_none_or(|n| !INDEX_ITEMS.contains(&n.as_str())));
+    }
     five_bit_items(&mut items, spec, isa)?;
     two_bit_items(&mut items, spec, isa)?;
     if !spec.mins() {
@@ -246,6 +266,26 @@ fn item_name(item: &syn::Item) -> Option<String> {
     }
 }
 
+/// Checks that `isa` runs `spec` and that its template has every item
+/// of `names`, which `spec`'s kernels call.
+fn require<'a>(
+    items: &[syn::Item],
+    names: impl IntoIterator<Item = &'a &'a str>,
+    spec: &I8Spec,
+    isa: &I8Isa,
+) -> Result<(), EmitError> {
+    isa.supports(spec).map_err(EmitError)?;
+    let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
+    match names.into_iter().find(|n| !have(n)) {
+        Some(missing) => Err(EmitError(format!(
+            "template {} lacks `{missing}`, which {} kernels need",
+            isa.template_path,
+            spec.format_tag()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Codebook primitives stay only in codebook kernels, whose `CODEBOOK`
 /// table is the spec's codebook (the template's own values are a default).
 fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
@@ -253,15 +293,7 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
         items.retain(|it| item_name(it).is_none_or(|n| !CODEBOOK_ITEMS.contains(&n.as_str())));
         return Ok(());
     };
-    isa.supports(spec).map_err(EmitError)?;
-    let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
-    if let Some(missing) = CODEBOOK_ITEMS.iter().find(|n| !have(n)) {
-        return Err(EmitError(format!(
-            "template {} lacks `{missing}`, which {} kernels need",
-            isa.template_path,
-            spec.format_tag()
-        )));
-    }
+    require(items, CODEBOOK_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
     let vals = values.iter().map(|&v| Literal::i8_unsuffixed(v));
     let table: syn::Item = syn::parse2(quote! {
         /// The format's codebook: int8 level of each 4-bit index.
@@ -276,48 +308,64 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
     Ok(())
 }
 
+/// Grid primitives stay only in grid kernels, whose `GRID` tables are the
+/// format's ([`kgen::format::Format::grid_tables`]).
+fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+    let Some(tables) = spec.grid_tables() else {
+        items.retain(|it| item_name(it).is_none_or(|n| !GRID_ITEMS.contains(&n.as_str())));
+        return Ok(());
+    };
+    require(items, GRID_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
+    let count = lit(tables.len());
+    let rows = tables.iter().map(|t| {
+        let vals = t.iter().map(|&v| Literal::i8_unsuffixed(v));
+        quote! { [#(#vals),*] }
+    });
+    let table: syn::Item = syn::parse2(quote! {
+        /// The format's grid: the unsigned level of index field `C` of nibble `n`.
+        pub const GRID: [[i8; 16]; #count] = [#(#rows),*];
+    })
+    .expect("grid const parses");
+    for it in items.iter_mut() {
+        if item_name(it).as_deref() == Some("GRID") {
+            *it = table.clone();
+        }
+    }
+    Ok(())
+}
+
 /// The 5-bit primitives stay only in 5-bit kernels, whose template must
-/// have those its emitter calls.
+/// have those its emitter calls. Grid kernels on pair layouts also remove
+/// their offset with `sub_bias`.
 fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
     if spec.bits() != 5 {
-        items.retain(|it| item_name(it).is_none_or(|n| !FIVE_BIT_ITEMS.contains(&n.as_str())));
+        let keep: &[&str] = if spec.grid_tables().is_some() && isa.group_bytes == 8 {
+            &["sub_bias"]
+        } else {
+            &[]
+        };
+        items.retain(|it| {
+            item_name(it)
+                .is_none_or(|n| !FIVE_BIT_ITEMS.contains(&n.as_str()) || keep.contains(&n.as_str()))
+        });
         return Ok(());
     }
-    isa.supports(spec).map_err(EmitError)?;
     let need = if isa.group_bytes == 8 {
         FIVE_BIT_PAIR
     } else {
         FIVE_BIT_LANE
     };
-    let have = |n: &str| items.iter().any(|it| item_name(it).as_deref() == Some(n));
-    if let Some(missing) = need.iter().find(|n| !have(n)) {
-        return Err(EmitError(format!(
-            "template {} lacks `{missing}`, which {} kernels need",
-            isa.template_path,
-            spec.format_tag()
-        )));
-    }
-    Ok(())
+    require(items, need, spec, isa)
 }
 
-/// The 2-bit unpack stays only in 2-bit kernels, whose template must have it.
+/// The 2-bit unpack stays only in 2-bit kernels, whose template must have
+/// it (grid kernels unpack by table lookups instead).
 fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if spec.bits() != 2 {
+    if spec.bits() != 2 || spec.grid_tables().is_some() {
         items.retain(|it| item_name(it).is_none_or(|n| !TWO_BIT_ITEMS.contains(&n.as_str())));
         return Ok(());
     }
-    isa.supports(spec).map_err(EmitError)?;
-    if let Some(missing) = TWO_BIT_ITEMS
-        .iter()
-        .find(|n| !items.iter().any(|it| item_name(it).as_deref() == Some(**n)))
-    {
-        return Err(EmitError(format!(
-            "template {} lacks `{missing}`, which {} kernels need",
-            isa.template_path,
-            spec.format_tag()
-        )));
-    }
-    Ok(())
+    require(items, TWO_BIT_ITEMS, spec, isa)
 }
 
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
