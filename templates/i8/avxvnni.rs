@@ -161,8 +161,8 @@ pub const GRID: [[i8; 16]; 2] = [
 /// (the table load is loop-invariant).
 #[inline(always)]
 pub unsafe fn grid_lut<const C: usize>(idx: I) -> I {
-    let t = _mm_loadu_si128(GRID[C].as_ptr() as *const __m128i);
-    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx)
+    let t = _mm256_broadcastsi128_si256(_mm_loadu_si128(GRID[C].as_ptr() as *const __m128i));
+    _mm256_shuffle_epi8(t, idx)
 }
 
 // 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A

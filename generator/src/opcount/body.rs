@@ -42,16 +42,19 @@ pub(crate) fn is_const(e: &Expr, arch: Option<Arch>) -> bool {
             .last()
             .is_some_and(|s| is_const_name(&s.ident.to_string())),
         Expr::Array(a) => a.elems.iter().all(|x| is_const(x, arch)),
+        // A constant table's row by a constant index (`GRID[C]`).
+        Expr::Index(i) => is_const(&i.expr, arch) && is_const(&i.index, arch),
         Expr::Repeat(r) => is_const(&r.expr, arch),
-        Expr::Call(c) => match intrinsic_name(&c.func, arch) {
-            Some(n) => {
-                matches!(
-                    classify_intrinsic(&n),
-                    Class::Const | Class::Splat | Class::Free
-                ) && c.args.iter().all(|a| is_const(a, arch))
-            }
-            None => false,
-        },
+        // Any intrinsic of constants is a constant: a load from a constant
+        // table (a codebook's, the grids') and what is made of it are
+        // hoisted out of the loop.
+        Expr::Call(c) => {
+            intrinsic_name(&c.func, arch).is_some() && c.args.iter().all(|a| is_const(a, arch))
+        }
+        // The address of a constant table.
+        Expr::MethodCall(m) => {
+            m.method == "as_ptr" && m.args.is_empty() && is_const(&m.receiver, arch)
+        }
         _ => false,
     }
 }
@@ -210,6 +213,10 @@ impl BodyCounter<'_> {
             return c.args.iter().for_each(|a| self.visit_expr(a));
         }
         if let Some(name) = intrinsic_name(&c.func, self.arch) {
+            if is_const(e, self.arch) {
+                // Made of constants only: hoisted out of the loop.
+                return self.constant(e);
+            }
             let class = classify_intrinsic(&name);
             match class {
                 Class::Const => self.constant(e),
