@@ -8,12 +8,12 @@
 //! `d * (q - 1)`.
 //!
 //! The int8 family runs it as TQ2_0: the digits are decoded at repack to
-//! unsigned levels on the 2-bit layout with the scale `d` and the min `-d`
+//! unsigned levels on the 2-bit layout with the offset 1 and the scale `d`
 //! per 32 values.
 
 use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::numpy::write_f16;
-use crate::format::ggml::tq2_0::{scale_and_min_at, ternary_dequantize, ternary_levels};
+use crate::format::ggml::tq2_0::{scale_at, ternary_dequantize, ternary_levels};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
 
 pub const TQ1_0: Format = Format {
@@ -26,14 +26,14 @@ pub const TQ1_0: Format = Format {
     // Ternary levels, repacked as 2-bit ones.
     bits: 2,
     scale_offsets: &[D],
-    levels: Levels::Offset(0),
+    levels: Levels::Offset(1),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 2,
         block_levels: sub_levels,
-        sub_scale: scale_and_min,
-        mins: true,
+        sub_scale: scale,
+        mins: false,
         scales_per_block: 1,
     }),
 };
@@ -63,8 +63,8 @@ fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
     std::array::from_fn(|i| level(blk, QK * s + i))
 }
 
-fn scale_and_min(blk: &[u8], s: usize) -> (f32, f32) {
-    scale_and_min_at(blk, D, s)
+fn scale(blk: &[u8], s: usize) -> (f32, f32) {
+    scale_at(blk, D, s)
 }
 
 /// One super-block, as gguf-py's `TQ1_0.dequantize_blocks`:
@@ -117,7 +117,9 @@ mod tests {
             for (f, wf) in w.iter().enumerate() {
                 let q = (row.block_levels)(&out, f / QK)[f % QK];
                 let (d, m) = (row.sub_scale)(&out, f / QK);
-                assert_eq!((d * q as f32 + m).to_bits(), wf.to_bits(), "value {f}");
+                let level = TQ1_0.level_value(q) as f32;
+                assert_eq!(m, 0.0);
+                assert_eq!((d * level).to_bits(), wf.to_bits(), "value {f}");
             }
         }
     }

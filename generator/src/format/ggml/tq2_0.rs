@@ -3,12 +3,10 @@
 //! bits `2 ((f % 128) / 32)` of `qs[32 (f / 128) + f % 32]`) and, last, an
 //! f16 `d`. The level `q` is 0, 1 or 2 and the weight `d * (q - 1)`.
 //!
-//! The int8 family runs it as a format with mins on the 2-bit layout:
-//! unsigned levels `q` with
-//! the scale `d` and the min `-d` per 32 values, so the `- 1` is one
-//! `d * sum(x)` per block through the activation sums (`d * q + (-d)` is
-//! `d * (q - 1)` bit for bit for `d >= 0`; for a negative `d` only the sign
-//! of a zero weight differs).
+//! The int8 family runs it on the 2-bit layout: unsigned levels `q` with
+//! the offset 1 and the scale `d` per 32 values, so the `- 1` is removed
+//! once per block through the activation sums, as Q4_0's `- 8` is (the
+//! kernels take `d_w d_x (sum(q q_x) - sum(q_x))`, exact integer math).
 
 use crate::format::ggml::kquant::{crumb, pack_crumbs, sub_block_crumbs, QK_K};
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
@@ -23,14 +21,14 @@ pub const TQ2_0: Format = Format {
     block_bytes: D + 2,
     bits: 2,
     scale_offsets: &[D],
-    levels: Levels::Offset(0),
+    levels: Levels::Offset(1),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
         layout_bits: 2,
         block_levels: sub_levels,
-        sub_scale: scale_and_min,
-        mins: true,
+        sub_scale: scale,
+        mins: false,
         scales_per_block: 1,
     }),
 };
@@ -47,15 +45,14 @@ fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
     sub_block_crumbs(blk, s)
 }
 
-fn scale_and_min(blk: &[u8], s: usize) -> (f32, f32) {
-    scale_and_min_at(blk, D, s)
+fn scale(blk: &[u8], s: usize) -> (f32, f32) {
+    scale_at(blk, D, s)
 }
 
-/// The int8 row's scale and min of a ternary block whose f16 `d` is at
-/// byte `at` (TQ1_0 and TQ2_0): `d` and `-d`, the weights `d * q + (-d)`.
-pub(crate) fn scale_and_min_at(blk: &[u8], at: usize, _s: usize) -> (f32, f32) {
-    let d = read_f16(&blk[at..]);
-    (d, -d)
+/// The int8 row's scale of a ternary block whose f16 `d` is at byte `at`
+/// (TQ1_0 and TQ2_0): `d` for every 32 values, no min.
+pub(crate) fn scale_at(blk: &[u8], at: usize, _s: usize) -> (f32, f32) {
+    (read_f16(&blk[at..]), 0.0)
 }
 
 /// One super-block, as gguf-py's `TQ2_0.dequantize_blocks`:
@@ -137,8 +134,10 @@ mod tests {
             assert_eq!(w[f], 0.375 * (lv[f] as f32 - 1.0), "value {f}");
             let q = (row.block_levels)(&b, f / QK)[f % QK];
             let (d, m) = (row.sub_scale)(&b, f / QK);
-            assert_eq!(q, lv[f]);
-            assert_eq!((d * q as f32 + m).to_bits(), w[f].to_bits(), "value {f}");
+            assert_eq!((q, m), (lv[f], 0.0));
+            assert_eq!(TQ2_0.level_value(q), lv[f] as i32 - 1);
+            let level = TQ2_0.level_value(q) as f32;
+            assert_eq!((d * level).to_bits(), w[f].to_bits(), "value {f}");
         }
     }
 

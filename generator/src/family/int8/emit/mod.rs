@@ -335,11 +335,11 @@ fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<
 }
 
 /// The 5-bit primitives stay only in 5-bit kernels, whose template must
-/// have those its emitter calls. Grid kernels on pair layouts also remove
-/// their offset with `sub_bias`.
+/// have those its emitter calls. Other kernels with an offset on pair
+/// layouts (2-bit ones) also remove it with `sub_bias`.
 fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
     if spec.bits() != 5 {
-        let keep: &[&str] = if spec.grid_tables().is_some() && isa.group_bytes == 8 {
+        let keep: &[&str] = if isa.removes_offset(spec) && isa.group_bytes == 8 {
             &["sub_bias"]
         } else {
             &[]
