@@ -12,7 +12,7 @@ use crate::gguf::GgufFile;
 use crate::gptq_file::{self, GptqLayer, GptqOptions};
 use crate::kernel::KernelEntry;
 use crate::pool::{self, Pool};
-use kgen::format::ggml::{GgmlMatrix, GgmlView};
+use kgen::format::ggml::{GgmlMatrix, GgmlType, GgmlView};
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::symmetric::quantize_symmetric;
 use std::fmt;
@@ -537,41 +537,54 @@ fn ggml_format<D>(m: &GgmlMatrix<D>) -> Result<WeightFormat, Error> {
     })
 }
 
-/// 4-bit GPTQ weights as GGUF Q4_1 blocks (K padded to 32 with zero
-/// levels and zero scale): each 32 values of a column take their group's
-/// scale `s` and min `-s z` (f16, as Q4_1 stores them), and their levels
-/// as they are. `None` if a group does not hold whole 32-blocks.
-fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
+/// GPTQ weights as 32-value blocks of `dtype`, K padded to 32: `block`
+/// appends column `j`'s block `b` of group `g` (`live`: not wholly past K)
+/// to the data. `None` if a group does not hold whole 32-blocks.
+fn gptq_blocks(
+    m: &GptqMatrix,
+    dtype: GgmlType,
+    mut block: impl FnMut(&mut Vec<u8>, usize, usize, usize, bool),
+) -> Option<GgmlMatrix> {
     let gs = m.group_size();
     if m.group.size().is_some() && !gs.is_multiple_of(32) {
         return None;
     }
     let k_pad = m.k.div_ceil(32) * 32;
-    let mut data = Vec::with_capacity(m.n * k_pad / 32 * 20);
+    let mut data = Vec::with_capacity(m.n * k_pad / 32 * dtype.block_bytes());
     for j in 0..m.n {
         for b in 0..k_pad / 32 {
             let g = (b * 32 / gs).min(m.groups() - 1);
-            let (s, z) = (m.scales[g * m.n + j], m.zeros[g * m.n + j]);
-            let q: [u8; 32] = std::array::from_fn(|t| {
-                let i = b * 32 + t;
-                if i < m.k {
-                    m.q(i, j) as u8
-                } else {
-                    0
-                }
-            });
-            let live = b * 32 < m.k;
-            let (d, mn) = if live { (s, -(s * z)) } else { (0.0, 0.0) };
-            data.extend_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
-            data.extend_from_slice(&half::f16::from_f32(mn).to_bits().to_le_bytes());
-            data.extend((0..16).map(|t| q[t] | q[t + 16] << 4));
+            block(&mut data, g, j, b, b * 32 < m.k);
         }
     }
     Some(GgmlMatrix {
         k: k_pad,
         n: m.n,
-        dtype: kgen::format::ggml::GgmlType::Q4_1,
+        dtype,
         data,
+    })
+}
+
+/// 4-bit GPTQ weights as GGUF Q4_1 blocks (K padded to 32 with zero
+/// levels and zero scale): each 32 values of a column take their group's
+/// scale `s` and min `-s z` (f16, as Q4_1 stores them), and their levels
+/// as they are. `None` if a group does not hold whole 32-blocks.
+fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
+    gptq_blocks(m, GgmlType::Q4_1, |data, g, j, b, live| {
+        let (s, z) = (m.scales[g * m.n + j], m.zeros[g * m.n + j]);
+        // Zero levels past K.
+        let q: [u8; 32] = std::array::from_fn(|t| {
+            let i = b * 32 + t;
+            if i < m.k {
+                m.q(i, j) as u8
+            } else {
+                0
+            }
+        });
+        let (d, mn) = if live { (s, -(s * z)) } else { (0.0, 0.0) };
+        data.extend_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        data.extend_from_slice(&half::f16::from_f32(mn).to_bits().to_le_bytes());
+        data.extend((0..16).map(|t| q[t] | q[t + 16] << 4));
     })
 }
 
@@ -582,40 +595,28 @@ fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
 /// `q - 128` as `i8`, and `s (128 - z)` (with the same f16 `s`) goes to the
 /// group's term. `None` if a group does not hold whole 32-blocks.
 fn gptq_as_q8_0(m: &GptqMatrix) -> Option<(GgmlMatrix, GroupMins)> {
-    let gs = m.group_size();
-    if m.group.size().is_some() && !gs.is_multiple_of(32) {
-        return None;
-    }
-    let k_pad = m.k.div_ceil(32) * 32;
     let scale = |g: usize, j: usize| half::f16::from_f32(m.scales[g * m.n + j]);
-    let mut data = Vec::with_capacity(m.n * k_pad / 32 * 34);
-    for j in 0..m.n {
-        for b in 0..k_pad / 32 {
-            let g = (b * 32 / gs).min(m.groups() - 1);
-            let live = b * 32 < m.k;
-            let d = if live { scale(g, j) } else { half::f16::ZERO };
-            data.extend_from_slice(&d.to_bits().to_le_bytes());
-            data.extend((0..32).map(|t| {
-                let i = b * 32 + t;
-                if i < m.k {
-                    (m.q(i, j) as i32 - 128) as i8 as u8
-                } else {
-                    0
-                }
-            }));
-        }
-    }
+    let blocks = gptq_blocks(m, GgmlType::Q8_0, |data, g, j, b, live| {
+        let d = if live { scale(g, j) } else { half::f16::ZERO };
+        data.extend_from_slice(&d.to_bits().to_le_bytes());
+        data.extend((0..32).map(|t| {
+            let i = b * 32 + t;
+            if i < m.k {
+                (m.q(i, j) as i32 - 128) as i8 as u8
+            } else {
+                0
+            }
+        }));
+    })?;
     // One group per column: it spans the padded K.
-    let group = if m.group.size().is_some() { gs } else { k_pad };
+    let group = if m.group.size().is_some() {
+        m.group_size()
+    } else {
+        blocks.k
+    };
     let c = (0..m.groups())
         .flat_map(|g| (0..m.n).map(move |j| scale(g, j).to_f32() * (128.0 - m.zeros[g * m.n + j])))
         .collect();
-    let blocks = GgmlMatrix {
-        k: k_pad,
-        n: m.n,
-        dtype: kgen::format::ggml::GgmlType::Q8_0,
-        data,
-    };
     Some((blocks, GroupMins { group, c }))
 }
 

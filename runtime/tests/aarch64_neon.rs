@@ -53,11 +53,8 @@ fn neon_first_then_portable_for_every_format() {
         // Unasked, 4- and 8-bit GPTQ go to the int8 family where it has
         // SIMD (sdot / smmla) here, every other f32 format stays on NEON.
         let (gemv, _) = reg.with_isa(None).select_pair(format).unwrap();
-        let int8 = reg.with_isa(None).with_family(Some(Family::Int8));
-        let int8_simd = format.families().len() > 1
-            && int8
-                .select_pair(format)
-                .is_ok_and(|(e, _)| e.isa != "portable");
+        let int8_simd =
+            format.families().len() > 1 && common::int8_has_simd(&reg.with_isa(None), format);
         if int8_simd {
             assert_eq!(gemv.family(), Family::Int8, "{format}");
         } else {

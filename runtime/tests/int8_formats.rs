@@ -220,10 +220,7 @@ fn gptq_on_the_int8_family(bits: u32, t: GgmlType) {
             // Dispatch takes the int8 family where its kernel here has SIMD
             // dot products, else the format's own (f32) where built.
             let format = kgen_runtime::WeightFormat::gptq(bits, group).unwrap();
-            let int8_simd = reg
-                .with_family(Some(Family::Int8))
-                .select_pair(format)
-                .is_ok_and(|(gemv, _)| gemv.isa != "portable");
+            let int8_simd = common::int8_has_simd(reg, format);
             let f32_built = reg
                 .with_family(Some(Family::F32))
                 .select_pair(format)

@@ -132,6 +132,15 @@ pub fn i8_format_built(format: &str) -> bool {
     here
 }
 
+/// Whether the int8 family has a SIMD (not portable) kernel for `format`
+/// in `reg` on this CPU: where dispatch runs GPTQ weights on it instead of
+/// their own f32 family.
+pub fn int8_has_simd(reg: &kgen_runtime::Registry, format: kgen_runtime::WeightFormat) -> bool {
+    reg.with_family(Some(kgen_runtime::Family::Int8))
+        .select_pair(format)
+        .is_ok_and(|(gemv, _)| gemv.isa != "portable")
+}
+
 /// Writes a GGUF v3 file holding `tensors` (name, matrix: `dims = [k, n]`),
 /// no metadata, alignment 32: enough for `Matrix::from_gguf` without Python.
 pub fn write_gguf(path: &std::path::Path, tensors: &[(&str, &GgmlMatrix)]) {
