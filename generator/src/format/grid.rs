@@ -157,6 +157,11 @@ fn quantize(x: &[f32], out: &mut Vec<u8>, grid: &[i8]) {
         } else {
             f32::INFINITY
         };
+    } else if !half::f16::from_f32(0.5 * d0).is_finite() {
+        // Beyond f16 even at the smallest scale tried: an infinite scale,
+        // which loading refuses (as Q4_0's overflowing `d` is), rather than
+        // a block of zeros.
+        best.1 = f32::INFINITY;
     } else if d0 > 0.0 {
         for step in 0..15 {
             let d = d0 * (0.5 + 0.05 * step as f32);
@@ -325,6 +330,11 @@ mod tests {
             let mut b = Vec::new();
             (fmt.quantize)(&x, &mut b);
             assert!(read_f16(&b).is_nan());
+            // Finite values whose scale overflows f16: infinite, not zero.
+            x[3] = 1e30;
+            let mut b = Vec::new();
+            (fmt.quantize)(&x, &mut b);
+            assert_eq!(read_f16(&b), f32::INFINITY, "{}", fmt.tag);
         }
     }
 }

@@ -45,12 +45,18 @@ pub(crate) fn is_const(e: &Expr, arch: Option<Arch>) -> bool {
         // A constant table's row by a constant index (`GRID[C]`).
         Expr::Index(i) => is_const(&i.expr, arch) && is_const(&i.index, arch),
         Expr::Repeat(r) => is_const(&r.expr, arch),
-        // Any intrinsic of constants is a constant: a load from a constant
-        // table (a codebook's, the grids') and what is made of it are
-        // hoisted out of the loop.
-        Expr::Call(c) => {
-            intrinsic_name(&c.func, arch).is_some() && c.args.iter().all(|a| is_const(a, arch))
-        }
+        // Constants, broadcasts and reinterprets of constants; and a load
+        // from a constant table (a codebook's, the grids') or an op on
+        // constants: hoisted out of the loop.
+        Expr::Call(c) => match intrinsic_name(&c.func, arch).map(|n| classify_intrinsic(&n)) {
+            Some(Class::Const | Class::Splat | Class::Free) => {
+                c.args.iter().all(|a| is_const(a, arch))
+            }
+            Some(Class::Load | Class::Op) => {
+                !c.args.is_empty() && c.args.iter().all(|a| is_const(a, arch))
+            }
+            _ => false,
+        },
         // The address of a constant table.
         Expr::MethodCall(m) => {
             m.method == "as_ptr" && m.args.is_empty() && is_const(&m.receiver, arch)

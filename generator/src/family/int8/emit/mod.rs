@@ -71,6 +71,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                     "5-bit, nibbles + fifth bits, unsigned levels - {}",
                     p.spec.format.offset()
                 )
+            } else if p.spec.bits() == 2 {
+                format!("2-bit unsigned levels - {}", p.spec.format.offset())
             } else if p.spec.bits() == 4 && isa.signed_nibbles {
                 "4-bit, signed nibbles".to_string()
             } else if p.spec.bits() == 4 {
