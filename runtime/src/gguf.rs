@@ -638,7 +638,10 @@ impl GgufFile {
             ));
         }
         let dtype = GgmlType::from_id(t.type_id).ok_or_else(|| {
-            let supported: Vec<&str> = GgmlType::all().map(|t| t.name()).collect();
+            let supported: Vec<&str> = GgmlType::all()
+                .filter(|t| t.is_gguf())
+                .map(|t| t.name())
+                .collect();
             self.err(
                 name,
                 &format!(

@@ -1,7 +1,7 @@
 //! The int8 formats whose blocks carry more than a scale: mins (Q4_1, Q5_1,
-//! Q4_K, Q5_K, Q2_K with one per 16 values, and the ternary TQ1_0 / TQ2_0
-//! as `d q - d`) and 256-value super-blocks with sub-block scales (the
-//! K-quants), every one the format table lists, against the exact oracle on
+//! Q4_K, Q5_K, Q2_K with one per 16 values) and 256-value super-blocks
+//! (the K-quants with sub-block scales, and the ternary TQ1_0 / TQ2_0 with
+//! an offset of 1), every one the format table lists, against the exact oracle on
 //! every ISA this CPU runs, on raw blocks with every level and on quantized
 //! weights; each ISA also forced through `KGEN_FORCE_ISA`.
 

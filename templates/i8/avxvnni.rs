@@ -147,11 +147,12 @@ pub unsafe fn lut(idx: I) -> I {
     _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), idx)
 }
 
-/// 2-bit grid formats (kgen's `k2_*`, paper 004): `GRID[C][n]` is the
-/// unsigned level of index field `C` (bits `2C..2C + 2`) of nibble `n`, so
-/// one shuffle per field turns nibble indices into levels. The emitter
-/// replaces the table with the format's and keeps it, `idx_lo` / `idx_hi`
-/// and `grid_lut` only in grid kernels.
+/// Grid formats (kgen's `k2_*` and `k1`, paper 004): `GRID[C][n]` is the
+/// unsigned level of index field `C` of nibble `n` (bits `2C..2C + 2` for
+/// 2-bit indices, as in this default table; bit `C` for 1-bit ones, four
+/// tables), so one shuffle per field turns nibble indices into levels. The
+/// emitter replaces the table with the format's and keeps it, `idx_lo` /
+/// `idx_hi` and `grid_lut` only in grid kernels.
 pub const GRID: [[i8; 16]; 2] = [
     [0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4, 0, 1, 3, 4],
     [0, 0, 0, 0, 1, 1, 1, 1, 3, 3, 3, 3, 4, 4, 4, 4],

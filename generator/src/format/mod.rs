@@ -1,8 +1,8 @@
 //! Weight formats: the format table ([`table`], one [`row::Format`] per
 //! format: geometry, levels, reference codec, how the int8 family runs it),
 //! the GGML block codecs ([`ggml`]), the GPTQ packing ([`gptq`]), kgen's
-//! own symmetric groups ([`symmetric`]) and its own 2-bit grid formats
-//! ([`grid`]).
+//! own symmetric groups ([`symmetric`]) and its own 2- and 1-bit grid
+//! formats ([`grid`]).
 //!
 //! Built without the `codegen` feature: user binaries link this.
 

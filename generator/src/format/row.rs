@@ -29,8 +29,8 @@ pub enum Levels {
     /// `d * codebook[q]` (IQ4_NL). The codebook belongs to the format.
     Codebook(&'static [i8; 16]),
     /// Stored `bits`-bit indices into a grid of `2^bits` levels; the weight
-    /// is `d * grid[q]` (kgen's own 2-bit formats: the bit-balanced grid
-    /// {-2, -1, 1, 2} or the plain {-2, -1, 0, 1}). The int8 kernels look
+    /// is `d * grid[q]` (kgen's own formats: the bit-balanced 2-bit grid
+    /// {-2, -1, 1, 2}, the plain {-2, -1, 0, 1}, the 1-bit {-1, 1}). The int8 kernels look
     /// the indices up as unsigned levels `grid[q] - min(grid)` (one byte
     /// shuffle per index field of a nibble, paper 004) and remove
     /// `-min(grid)` per block through the activation sums, as an offset.

@@ -22,8 +22,8 @@ pub struct QuantizedActivations {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActFormat {
     /// The weights' level offset (the format table's [`Levels::Offset`]:
-    /// 8 for Q4_0's unsigned nibbles, 0 for signed and codebook levels); the
-    /// kernels remove `bias * sum(q)` per block.
+    /// 8 for Q4_0's unsigned nibbles; a grid's `-min(grid)`; 0 for signed
+    /// and codebook levels); the kernels remove `bias * sum(q)` per block.
     ///
     /// [`Levels::Offset`]: crate::format::row::Levels::Offset
     pub bias: i32,

@@ -157,6 +157,11 @@ impl I8Layout {
             group_bytes == 4 || group_bytes == 8,
             "lane groups of 4 or 8 bytes"
         );
+        // No kernel reads one (`I8Isa::supports` refuses 1-bit pair ISAs).
+        assert!(
+            self.bits != 1 || group_bytes == 4,
+            "1-bit int8 layouts take 4-byte lane groups"
+        );
         self.group_bytes = group_bytes;
         self.signed = signed && self.bits == 4 && !self.codebook();
         self
@@ -290,8 +295,7 @@ impl I8Layout {
                 // plane's word aside): the scatter to the chunks unrolls.
                 let fill = match (self.group_bytes, self.bits) {
                     (4, 1) => Self::fill_panels::<1, 1>,
-                    // No kernel reads one (`I8Isa::supports`).
-                    (_, 1) => panic!("1-bit int8 layouts take 4-byte lane groups"),
+                    (_, 1) => unreachable!("`grouped` refuses 1-bit pair layouts"),
                     (4, 2) => Self::fill_panels::<1, 2>,
                     (_, 2) => Self::fill_panels::<2, 2>,
                     (4, 8) => Self::fill_panels::<1, 8>,
@@ -714,6 +718,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn one_bit_layout_holds_every_level_where_the_kernels_read_it() {
+        // k1 on 4-byte lane groups: one chunk per block, byte j bit c of a
+        // column's word is value 4c + j; the scale stream holds d.
+        let (k, n) = (256, 16);
+        let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, GgmlType::K1);
+        let (lanes, t_u) = (8, 2);
+        let l = I8Layout::new(GgmlType::K1, lanes, t_u, 128, 16, k, n).grouped(4, true);
+        assert!(!l.signed && l.bits == 1 && l.block_bytes() == 4);
+        let p = l.repack(&w);
+        let bytes = p.w.as_bytes();
+        let tw = l.tile_width();
+        let mut ones = 0;
+        for j in 0..n {
+            let (tile, col) = (j / tw, j % tw);
+            let (t, lane) = (col / lanes, col % lanes);
+            for b in 0..k / 32 {
+                let want = block_levels(w.dtype, w.block(j, b), 0);
+                let (kb, bb) = (b * 32 / l.m_b, b % (l.m_b / 32));
+                let (base, sbase, _) = l.tile_offset(0, kb, tile);
+                let block = base + bb * tw * 4;
+                for (i, &lv) in want.iter().enumerate() {
+                    let byte = block + (t * lanes + lane) * 4 + i % 4;
+                    assert_eq!(
+                        (bytes[byte] >> (i / 4)) & 1,
+                        lv,
+                        "col {j} value {}",
+                        32 * b + i
+                    );
+                    ones += lv as usize;
+                }
+                let want_d =
+                    stored_scale(w.dtype.format().int8.unwrap().sub_scale, w.block(j, b), 0);
+                assert_eq!(p.sc[sbase + bb * tw + col], want_d.0.to_bits());
+            }
+        }
+        // Both levels occur.
+        assert!(ones > 0 && ones < k * n);
     }
 
     #[test]

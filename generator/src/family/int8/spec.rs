@@ -116,8 +116,8 @@ impl I8Spec {
         GgmlType(self.format)
     }
 
-    /// A grid format's lookup tables (kgen's 2-bit grids), one per index
-    /// field of a nibble.
+    /// A grid format's lookup tables (kgen's 2- and 1-bit grids), one per
+    /// index field of a nibble.
     pub fn grid_tables(&self) -> Option<Vec<[i8; 16]>> {
         self.format.grid_tables()
     }

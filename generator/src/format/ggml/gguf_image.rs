@@ -50,7 +50,9 @@ pub fn gguf_image_raw(tensors: &[(&str, u32, [usize; 2], &[u8])]) -> Vec<u8> {
 }
 
 /// A GGUF v3 image holding `tensors` (name, matrix with `dims = [k, n]`),
-/// no metadata, alignment [`GGUF_ALIGN`].
+/// no metadata, alignment [`GGUF_ALIGN`]. kgen's own formats (`k2_bb`, ...)
+/// are written with their own ids, which readers refuse as unknown types:
+/// tests use that; models have no business storing them in GGUF files.
 pub fn gguf_image(tensors: &[(&str, &GgmlMatrix)]) -> Vec<u8> {
     let raw: Vec<_> = tensors
         .iter()

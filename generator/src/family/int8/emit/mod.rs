@@ -23,7 +23,7 @@ const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut"];
 /// The nibble split of table-lookup kernels (codebook and grid formats).
 const INDEX_ITEMS: &[&str] = &["idx_lo", "idx_hi"];
 
-/// Template primitives only grid kernels use (kgen's 2-bit grids).
+/// Template primitives only grid kernels use (kgen's 2- and 1-bit grids).
 const GRID_ITEMS: &[&str] = &["GRID", "grid_lut"];
 
 /// Template primitives only 5-bit kernels use (the fifth-bit unpack, the
