@@ -549,11 +549,7 @@ fn print_plan_i8(
     outln!(
         "  format {} ({} {}: {levels}, blocks of 32), op {}",
         p.spec.format_tag(),
-        if source.is_gguf() {
-            "GGUF"
-        } else {
-            "kgen's own"
-        },
+        source.origin(),
         source.name(),
         match p.spec.op {
             Op::Gemv => "gemv".to_string(),

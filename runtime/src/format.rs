@@ -190,8 +190,7 @@ impl WeightFormat {
                 Group::Size(g) => format!("GPTQ {bits}-bit, scale and zero per group of {g}"),
                 Group::Column => format!("GPTQ {bits}-bit, scale and zero per column"),
             },
-            WeightFormat::Ggml(t) if t.is_gguf() => format!("GGUF {}", t.name()),
-            WeightFormat::Ggml(t) => format!("kgen's own {}", t.name()),
+            WeightFormat::Ggml(t) => format!("{} {}", t.origin(), t.name()),
             WeightFormat::Symmetric { bits, group } => {
                 format!("symmetric {bits}-bit, one scale per {group} values")
             }

@@ -42,7 +42,7 @@ const fn row(
     dequantize: fn(&[u8], &mut [f32]),
     quantize: fn(&[f32], &mut Vec<u8>),
 ) -> Format {
-    let bits = grid.len().trailing_zeros();
+    let bits = grid_bits(grid);
     Format {
         tag,
         name,
@@ -57,11 +57,7 @@ const fn row(
         quantize,
         int8: Some(Int8Repack {
             layout_bits: bits,
-            block_levels: if bits == 1 {
-                indices::<1>
-            } else {
-                indices::<2>
-            },
+            block_levels: indices_of(bits),
             sub_scale: leading_f16_scale,
             mins: false,
             scales_per_block: 1,
@@ -96,6 +92,20 @@ pub const K1: Format = row(
     |x, o| quantize(x, o, &SIGNS),
 );
 
+/// Bits per index of a grid of `2^bits` levels.
+const fn grid_bits(grid: &[i8]) -> u32 {
+    grid.len().trailing_zeros()
+}
+
+/// The index reader of `bits`-bit blocks.
+const fn indices_of(bits: u32) -> fn(&[u8], usize) -> [u8; QK] {
+    if bits == 1 {
+        indices::<1>
+    } else {
+        indices::<2>
+    }
+}
+
 /// The 32 stored `BITS`-bit indices of a block, in order.
 fn indices<const BITS: u32>(block: &[u8], _sub: usize) -> [u8; QK] {
     let (nb, mask) = (index_bytes(BITS), (1u8 << BITS) - 1);
@@ -104,11 +114,7 @@ fn indices<const BITS: u32>(block: &[u8], _sub: usize) -> [u8; QK] {
 
 fn dequantize(blk: &[u8], out: &mut [f32], grid: &[i8]) {
     let d = read_f16(blk);
-    let q = if grid.len() == 2 {
-        indices::<1>(blk, 0)
-    } else {
-        indices::<2>(blk, 0)
-    };
+    let q = indices_of(grid_bits(grid))(blk, 0);
     for (o, q) in out.iter_mut().zip(q) {
         *o = d * grid[q as usize] as f32;
     }
@@ -193,7 +199,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>, grid: &[i8]) {
             .map_or(0, |(i, _)| i as u8);
         [zero; QK]
     };
-    let bits = grid.len().trailing_zeros();
+    let bits = grid_bits(grid);
     let (start, nb) = (out.len(), index_bytes(bits));
     out.resize(start + nb, 0);
     for (f, &i) in q.iter().enumerate() {

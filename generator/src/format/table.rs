@@ -83,6 +83,15 @@ impl GgmlType {
     pub fn is_gguf(self) -> bool {
         self.0.is_gguf()
     }
+
+    /// Where the type comes from, for messages: `GGUF` or `kgen's own`.
+    pub fn origin(self) -> &'static str {
+        if self.is_gguf() {
+            "GGUF"
+        } else {
+            "kgen's own"
+        }
+    }
 }
 
 /// The format with this tag (`q4_0`), if any.

@@ -25,7 +25,12 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// absolute values), two activation vectors, and two constants (nibble
 /// mask, word of ones; 5-bit: and the fifth-bit mask).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
-    let grid_tables = spec.grid_tables().map_or(0, |t| t.len());
+    // A grid kernel's tables: one per index field of a nibble.
+    let grid_tables = if spec.grid() {
+        4 / spec.bits() as usize
+    } else {
+        0
+    };
     let vectors = match spec.bits() {
         // 1- and 2-bit grids: each column group's two nibble planes and one
         // level.

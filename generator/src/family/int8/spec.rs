@@ -116,6 +116,12 @@ impl I8Spec {
         GgmlType(self.format)
     }
 
+    /// Indices into a grid of levels (kgen's 2- and 1-bit grids): looked
+    /// up a nibble at a time, one table per index field.
+    pub fn grid(&self) -> bool {
+        self.format.grid().is_some()
+    }
+
     /// A grid format's lookup tables (kgen's 2- and 1-bit grids), one per
     /// index field of a nibble.
     pub fn grid_tables(&self) -> Option<Vec<[i8; 16]>> {

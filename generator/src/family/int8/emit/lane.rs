@@ -3,7 +3,9 @@
 
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
-use crate::family::int8::emit::micro::{micro_fn, min_factors, min_term};
+use crate::family::int8::emit::micro::{
+    index_level, micro_fn, min_factors, min_term, nibble_split,
+};
 use crate::family::int8::isa::I8Isa;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -77,15 +79,16 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let mut halves: Vec<TokenStream> = Vec::new();
     if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
-    } else if p.spec.bits() == 2 {
-        // Each chunk covers 16 K values: the bit pair `2c` of its bytes holds
-        // values 16g + 4c..16g + 4c + 4, unsigned, through the template's
-        // block accumulator as nibbles are. A scale per 16 values (Q2_K):
-        // chunk 0 is the first half. Grid formats split each byte into its
-        // nibbles once (bit pairs 0, 1 and 2, 3) and look up each pair's
-        // level with one shuffle (paper 004: 1 shift, 2 ands and 4
-        // shuffles per chunk).
-        let grid = p.spec.grid_tables().is_some();
+    } else if p.spec.bits() <= 2 {
+        // 2-bit: each chunk covers 16 K values, the bit pair `2c` of its
+        // bytes holding values 16g + 4c..16g + 4c + 4; 1-bit: the one chunk
+        // covers the block, bit c holding values 4c..4c + 4. Unsigned levels
+        // go through the template's block accumulator as nibbles do. A
+        // scale per 16 values (Q2_K): chunk 0 is the first half. Grid
+        // formats split each byte into its nibbles once and look up each
+        // field's level with one shuffle (paper 004: per 2-bit chunk 1
+        // shift, 2 ands and 4 shuffles).
+        let (fields, per_chunk) = (8 / chunks, 32 / chunks);
         for g in 0..chunks {
             if g == chunks / scales_per_block && g > 0 {
                 halves.push(std::mem::take(&mut block));
@@ -93,28 +96,19 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             for t in 0..t_sub {
                 let (wv, off) = (format_ident!("w_{}", t), lit((g * t_u + t) * chunk));
                 block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
-                if grid {
-                    let (n0, n1) = (format_ident!("n0_{}", t), format_ident!("n1_{}", t));
-                    block.extend(quote! {
-                        let #n0 = ops::idx_lo(#wv);
-                        let #n1 = ops::idx_hi(#wv);
-                    });
+                if p.spec.grid() {
+                    block.extend(nibble_split(t));
                 }
             }
-            for c in 0..4 {
-                let shift = proc_macro2::Literal::i32_unsuffixed(2 * c as i32);
-                let field = lit(c % 2);
+            for c in 0..fields {
                 for t in 0..t_sub {
-                    let (wv, q) = (format_ident!("w_{}", t), format_ident!("q_{}", t));
-                    let n = format_ident!("n{}_{}", c / 2, t);
-                    block.extend(if grid {
-                        quote! { let #q = ops::grid_lut::<#field>(#n); }
-                    } else {
-                        quote! { let #q = ops::crumb::<#shift>(#wv); }
-                    });
+                    block.extend(index_level(p, t, c));
                 }
                 for r in 0..rows {
-                    let (x, b) = (format_ident!("x_{}", r), bcast(isa, r, 16 * g + 4 * c));
+                    let (x, b) = (
+                        format_ident!("x_{}", r),
+                        bcast(isa, r, per_chunk * g + 4 * c),
+                    );
                     block.extend(quote! { let #x = #b; });
                     for t in 0..t_sub {
                         let (i, q) = (iv(r, t), format_ident!("q_{}", t));
@@ -123,35 +117,6 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 }
                 block.extend(fence(isa, rows, t_sub));
             }
-        }
-    } else if p.spec.bits() == 1 {
-        // One chunk covers the block: bit c of byte j holds value 4c + j.
-        // Each byte is split into its nibbles once (bits 0..4 and 4..8) and
-        // each bit's level looked up with one shuffle (its field's table).
-        for t in 0..t_sub {
-            let (wv, off) = (format_ident!("w_{}", t), lit(t * chunk));
-            let (n0, n1) = (format_ident!("n0_{}", t), format_ident!("n1_{}", t));
-            block.extend(quote! {
-                let #wv = ops::loadb(w.add(#off));
-                let #n0 = ops::idx_lo(#wv);
-                let #n1 = ops::idx_hi(#wv);
-            });
-        }
-        for c in 0..8 {
-            let field = lit(c % 4);
-            for t in 0..t_sub {
-                let (q, n) = (format_ident!("q_{}", t), format_ident!("n{}_{}", c / 4, t));
-                block.extend(quote! { let #q = ops::grid_lut::<#field>(#n); });
-            }
-            for r in 0..rows {
-                let (x, b) = (format_ident!("x_{}", r), bcast(isa, r, 4 * c));
-                block.extend(quote! { let #x = #b; });
-                for t in 0..t_sub {
-                    let (i, q) = (iv(r, t), format_ident!("q_{}", t));
-                    block.extend(quote! { #i = ops::pair_acc(#i, #q, #x); });
-                }
-            }
-            block.extend(fence(isa, rows, t_sub));
         }
     } else if p.spec.bits() == 4 {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.

@@ -153,6 +153,39 @@ pub(crate) fn min_term(
     }
 }
 
+/// Column group `t`'s chunk `w_{t}` split into its nibbles `n0_{t}` /
+/// `n1_{t}` for the grid lookups of [`index_level`].
+pub(crate) fn nibble_split(t: usize) -> TokenStream {
+    let (wv, n0, n1) = (
+        format_ident!("w_{}", t),
+        format_ident!("n0_{}", t),
+        format_ident!("n1_{}", t),
+    );
+    quote! {
+        let #n0 = ops::idx_lo(#wv);
+        let #n1 = ops::idx_hi(#wv);
+    }
+}
+
+/// `q_{t}`: the unsigned levels of index field `c` of column group `t`'s
+/// byte-packed chunk: for grid formats one shuffle of the nibble holding
+/// the field (from [`nibble_split`]), else bit pair `c` of the 2-bit layout.
+pub(crate) fn index_level(p: &MicroSpec, t: usize, c: usize) -> TokenStream {
+    let q = format_ident!("q_{}", t);
+    if p.spec.grid() {
+        // A nibble holds 4 / bits fields.
+        let fields = 4 / p.spec.bits() as usize;
+        let (field, n) = (lit(c % fields), format_ident!("n{}_{}", c / fields, t));
+        quote! { let #q = ops::grid_lut::<#field>(#n); }
+    } else {
+        let (shift, wv) = (
+            Literal::i32_unsuffixed(2 * c as i32),
+            format_ident!("w_{}", t),
+        );
+        quote! { let #q = ops::crumb::<#shift>(#wv); }
+    }
+}
+
 pub(crate) fn lit(v: usize) -> Literal {
     Literal::usize_unsuffixed(v)
 }

@@ -24,7 +24,9 @@
 //! `hi_{t}` the nibble planes of column pair `t`, `e_{t}` its fifth bits.
 
 use crate::family::int8::emit::micro::MicroSpec;
-use crate::family::int8::emit::micro::{geometry, micro_fn, min_factors, min_term};
+use crate::family::int8::emit::micro::{
+    geometry, index_level, micro_fn, min_factors, min_term, nibble_split,
+};
 use crate::family::int8::isa::I8Isa;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
@@ -183,29 +185,15 @@ fn two_bit_pairs(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> (TokenStre
     (load, (h * 4 / spb..(h + 1) * 4 / spb).collect())
 }
 
-/// The unsigned levels of bit pair `c` of every column pair (`q_{t}`): a
-/// shift and a mask, or for grid formats one shuffle of the byte's low
-/// (`c` 0, 1) or high (2, 3) nibble, split once per chunk into `n0_{t}` /
-/// `n1_{t}` (before bit pair 0).
+/// The unsigned levels of bit pair `c` of every column pair (`q_{t}`);
+/// grid formats split the bytes into nibbles first, before bit pair 0.
 fn crumbs(p: &MicroSpec, c: usize) -> TokenStream {
-    let shift = Literal::i32_unsuffixed(2 * c as i32);
     let mut out = TokenStream::new();
-    let grid = p.spec.grid_tables().is_some();
     for t in 0..p.tile.t_sub {
-        let (wv, q) = (format_ident!("w_{}", t), format_ident!("q_{}", t));
-        let (n0, n1) = (format_ident!("n0_{}", t), format_ident!("n1_{}", t));
-        if grid && c == 0 {
-            out.extend(quote! {
-                let #n0 = ops::idx_lo(#wv);
-                let #n1 = ops::idx_hi(#wv);
-            });
+        if p.spec.grid() && c == 0 {
+            out.extend(nibble_split(t));
         }
-        out.extend(if grid {
-            let (field, n) = (lit(c % 2), format_ident!("n{}_{}", c / 2, t));
-            quote! { let #q = ops::grid_lut::<#field>(#n); }
-        } else {
-            quote! { let #q = ops::crumb::<#shift>(#wv); }
-        });
+        out.extend(index_level(p, t, c));
     }
     out
 }

@@ -232,7 +232,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_items(&mut items, spec, isa)?;
     grid_items(&mut items, spec, isa)?;
-    if !spec.codebook() && spec.grid_tables().is_none() {
+    if !spec.codebook() && !spec.grid() {
         items.retain(|it| item_name(it).is_none_or(|n| !INDEX_ITEMS.contains(&n.as_str())));
     }
     five_bit_items(&mut items, spec, isa)?;
@@ -297,17 +297,25 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
     };
     require(items, CODEBOOK_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
     let vals = values.iter().map(|&v| Literal::i8_unsuffixed(v));
-    let table: syn::Item = syn::parse2(quote! {
-        /// The format's codebook: int8 level of each 4-bit index.
-        pub const CODEBOOK: [i8; 16] = [#(#vals),*];
-    })
-    .expect("codebook const parses");
+    replace_item(
+        items,
+        "CODEBOOK",
+        quote! {
+            /// The format's codebook: int8 level of each 4-bit index.
+            pub const CODEBOOK: [i8; 16] = [#(#vals),*];
+        },
+    );
+    Ok(())
+}
+
+/// Puts `item` in place of the template's item `name` (a default table).
+fn replace_item(items: &mut [syn::Item], name: &str, item: TokenStream) {
+    let item: syn::Item = syn::parse2(item).expect("a generated item parses");
     for it in items.iter_mut() {
-        if item_name(it).as_deref() == Some("CODEBOOK") {
-            *it = table.clone();
+        if item_name(it).as_deref() == Some(name) {
+            *it = item.clone();
         }
     }
-    Ok(())
 }
 
 /// Grid primitives stay only in grid kernels, whose `GRID` tables are the
@@ -323,16 +331,14 @@ fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<
         let vals = t.iter().map(|&v| Literal::i8_unsuffixed(v));
         quote! { [#(#vals),*] }
     });
-    let table: syn::Item = syn::parse2(quote! {
-        /// The format's grid: the unsigned level of index field `C` of nibble `n`.
-        pub const GRID: [[i8; 16]; #count] = [#(#rows),*];
-    })
-    .expect("grid const parses");
-    for it in items.iter_mut() {
-        if item_name(it).as_deref() == Some("GRID") {
-            *it = table.clone();
-        }
-    }
+    replace_item(
+        items,
+        "GRID",
+        quote! {
+            /// The format's grid: the unsigned level of index field `C` of nibble `n`.
+            pub const GRID: [[i8; 16]; #count] = [#(#rows),*];
+        },
+    );
     Ok(())
 }
 
@@ -363,7 +369,7 @@ fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
 /// The 2-bit unpack stays only in 2-bit kernels, whose template must have
 /// it (grid kernels unpack by table lookups instead).
 fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if spec.bits() != 2 || spec.grid_tables().is_some() {
+    if spec.bits() != 2 || spec.grid() {
         items.retain(|it| item_name(it).is_none_or(|n| !TWO_BIT_ITEMS.contains(&n.as_str())));
         return Ok(());
     }
