@@ -9,9 +9,11 @@
 //! busy core is taken by a separate process, as when something else runs on
 //! the machine. Each line gives the median GFLOPS of 1- and 2-thread calls,
 //! timed in alternation for `--secs` seconds (default 2) per operation, and
-//! the 2T/1T ratio. With static per-thread shares a 2-thread call runs at the
-//! pace of the thread that shares its core; with claimed chunks the other
-//! thread takes over most of the work.
+//! the 2T/1T ratio of medians and of means (the mean counts the calls a
+//! stalled thread held up). With static per-thread shares a 2-thread call runs
+//! at the pace of the thread that shares its core; with claimed chunks the
+//! other thread takes over most of the work, and a chunk held by a thread
+//! that lost its core is run again by the caller instead of waited for.
 
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
@@ -46,14 +48,25 @@ fn spinner(seconds: f64) -> Child {
     child
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+/// Median and mean of call times: the median says how a typical call runs,
+/// the mean what a stream of calls gets, stalls included.
+#[derive(Clone, Copy)]
+struct Times {
+    median: f64,
+    mean: f64,
 }
 
-/// Median seconds of `m`-row products on `p1` and `p2`, alternating calls for
+fn times(v: &mut [f64]) -> Times {
+    v.sort_by(f64::total_cmp);
+    Times {
+        median: v[v.len() / 2],
+        mean: v.iter().sum::<f64>() / v.len() as f64,
+    }
+}
+
+/// Call times of `m`-row products on `p1` and `p2`, alternating calls for
 /// `secs` seconds.
-fn time_pair(w: &Matrix, m: usize, p1: &Pool, p2: &Pool, secs: f64) -> (f64, f64) {
+fn time_pair(w: &Matrix, m: usize, p1: &Pool, p2: &Pool, secs: f64) -> (Times, Times) {
     let x = Rng::new(2).vec_f32(m * K);
     let mut y = vec![0f32; m * N];
     for pool in [p1, p2] {
@@ -71,7 +84,7 @@ fn time_pair(w: &Matrix, m: usize, p1: &Pool, p2: &Pool, secs: f64) -> (f64, f64
         }
     }
     black_box(&y);
-    (median(&mut t1), median(&mut t2))
+    (times(&mut t1), times(&mut t2))
 }
 
 fn main() {
@@ -101,8 +114,8 @@ fn main() {
         secs
     );
     println!(
-        "{:<6} {:<8} {:>10} {:>10} {:>8}",
-        "case", "op", "1T GFLOPS", "2T GFLOPS", "2T/1T"
+        "{:<6} {:<10} {:>10} {:>10} {:>8} {:>11}",
+        "case", "op", "1T GFLOPS", "2T GFLOPS", "2T/1T", "2T/1T mean"
     );
     for busy in [false, true] {
         // Long enough for both operations; killed when done.
@@ -111,16 +124,17 @@ fn main() {
             let (s1, s2) = time_pair(&w, m, &p1, &p2, secs);
             let gflops = |s: f64| 2.0 * (m * K * N) as f64 / s / 1e9;
             println!(
-                "{:<6} {:<8} {:>10.1} {:>10.1} {:>7.2}x",
+                "{:<6} {:<10} {:>10.1} {:>10.1} {:>7.2}x {:>10.2}x",
                 if busy { "busy" } else { "quiet" },
                 if m == 1 {
                     "gemv".to_string()
                 } else {
                     format!("gemm m={m}")
                 },
-                gflops(s1),
-                gflops(s2),
-                s1 / s2
+                gflops(s1.median),
+                gflops(s2.median),
+                s1.median / s2.median,
+                s1.mean / s2.mean
             );
         }
         if let Some(c) = child.as_mut() {

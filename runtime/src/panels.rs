@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::kernel::KernelEntry;
 use crate::pool::Pool;
+use std::sync::Arc;
 
 /// The `m`-row shape check every product starts with (`m = 0` with empty
 /// buffers is an empty batch, which the callers return from at once).
@@ -51,6 +52,66 @@ pub(crate) fn panels_per_claim(panels: usize, macs_per_panel: usize, threads: us
     by_threads.max(by_size).clamp(1, panels.max(1))
 }
 
+/// `(panels per claim, claims)` for a call on `pool` (see [`panels_per_claim`]).
+fn claim_split(
+    pool: &Pool,
+    kernel: &KernelEntry,
+    k_pad: usize,
+    panels: usize,
+    m: usize,
+) -> (usize, usize) {
+    let threads = pool.threads();
+    let per_claim = if threads > 1 {
+        let macs_per_panel = m.saturating_mul(k_pad).saturating_mul(kernel.t_b);
+        panels_per_claim(panels, macs_per_panel, threads)
+    } else {
+        panels.max(1)
+    };
+    (per_claim, panels.div_ceil(per_claim).max(1))
+}
+
+/// Where the kernels write an `m x n_pad` result: the caller's `y` itself
+/// when `n` is a whole number of tiles, else a padded copy.
+struct Padded {
+    pad: Vec<f32>,
+    out: *mut f32,
+    m: usize,
+    n: usize,
+    n_pad: usize,
+}
+
+impl Padded {
+    fn new(y: &mut [f32], m: usize, n: usize, n_pad: usize) -> Padded {
+        let mut pad = if n == n_pad {
+            Vec::new()
+        } else {
+            vec![0f32; m * n_pad]
+        };
+        let out = if n == n_pad {
+            y.as_mut_ptr()
+        } else {
+            pad.as_mut_ptr()
+        };
+        Padded {
+            pad,
+            out,
+            m,
+            n,
+            n_pad,
+        }
+    }
+
+    /// Copies a padded result into `y` (the same `y` as in [`Padded::new`]).
+    fn finish(self, y: &mut [f32]) {
+        let (m, n, n_pad) = (self.m, self.n, self.n_pad);
+        if n != n_pad {
+            for r in 0..m {
+                y[r * n..(r + 1) * n].copy_from_slice(&self.pad[r * n_pad..r * n_pad + n]);
+            }
+        }
+    }
+}
+
 /// Runs `kernel` over the `panels` column panels of an `m`-row product with
 /// `k_pad` (padded) rows of weights, and copies the result into `y`
 /// (`m x n`). `run(y, p0, p1)` computes panels `p0..p1` into `y`, an
@@ -75,25 +136,9 @@ pub(crate) fn over_panels(
     y: &mut [f32],
     run: impl Fn(*mut f32, usize, usize) + Sync,
 ) {
-    let direct = n == n_pad;
-    let mut ypad = if direct {
-        Vec::new()
-    } else {
-        vec![0f32; m * n_pad]
-    };
-    let yptr = SendPtr(if direct {
-        y.as_mut_ptr()
-    } else {
-        ypad.as_mut_ptr()
-    });
-    let threads = pool.threads();
-    let per_claim = if threads > 1 {
-        let macs_per_panel = m.saturating_mul(k_pad).saturating_mul(kernel.t_b);
-        panels_per_claim(panels, macs_per_panel, threads)
-    } else {
-        panels.max(1)
-    };
-    let claims = panels.div_ceil(per_claim).max(1);
+    let ypad = Padded::new(y, m, n, n_pad);
+    let yptr = SendPtr(ypad.out);
+    let (per_claim, claims) = claim_split(pool, kernel, k_pad, panels, m);
     let claim = |i: usize| {
         let (p0, p1) = (i * per_claim, ((i + 1) * per_claim).min(panels));
         if p0 < p1 {
@@ -106,16 +151,144 @@ pub(crate) fn over_panels(
     } else {
         pool.run_chunks(claims, &claim);
     }
-    if !direct {
-        for r in 0..m {
-            y[r * n..(r + 1) * n].copy_from_slice(&ypad[r * n_pad..r * n_pad + n]);
-        }
+    ypad.finish(y);
+}
+
+/// A kernel run over panels `p0..p1` into an `m x n_pad` output, owning
+/// (or sharing through `Arc`s) everything it reads, so that a pool worker
+/// may still be running it after the call that started it has returned.
+pub(crate) type OwnedPanelRun = dyn Fn(*mut f32, usize, usize) + Send + Sync;
+
+/// [`over_panels`] for a kernel run that owns its inputs, on
+/// [`Pool::run_detached`]: the caller never waits for a worker that lost
+/// its core. The caller's claims write the output directly; the workers'
+/// claims write into a scratch output (recycled through the pool when no
+/// late worker holds it) whose columns the caller then copies, an `m x
+/// claim` copy per worker claim, small next to the claim's `m x K x claim`
+/// multiply-accumulates. Results are bit-identical to [`over_panels`]: each
+/// column is still computed by one whole claim.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn over_panels_owned(
+    pool: &Pool,
+    kernel: &KernelEntry,
+    k_pad: usize,
+    panels: usize,
+    m: usize,
+    n: usize,
+    n_pad: usize,
+    y: &mut [f32],
+    run: Arc<OwnedPanelRun>,
+) {
+    let (per_claim, claims) = claim_split(pool, kernel, k_pad, panels, m);
+    if claims == 1 {
+        return over_panels(pool, kernel, k_pad, panels, m, n, n_pad, y, |y, p0, p1| {
+            run(y, p0, p1)
+        });
     }
+    let ypad = Padded::new(y, m, n, n_pad);
+    let out = ypad.out;
+    let t_b = kernel.t_b;
+    let range = move |i: usize| (i * per_claim, ((i + 1) * per_claim).min(panels));
+
+    let mut scratch = pool.take_scratch(m * n_pad);
+    // Taken before the vector moves into its `Arc` (its heap buffer does
+    // not move); nothing else reads or writes the buffer until it is
+    // unwrapped below.
+    let sp = SendPtr(scratch.as_mut_ptr());
+    let scratch = Arc::new(scratch);
+    let work = {
+        let (run, keep) = (Arc::clone(&run), Arc::clone(&scratch));
+        move |i: usize| {
+            let _alive = &keep;
+            let (p0, p1) = range(i);
+            if p0 < p1 {
+                let sp = sp;
+                run(sp.0, p0, p1);
+            }
+        }
+    };
+    let mine = |i: usize| {
+        let (p0, p1) = range(i);
+        if p0 < p1 {
+            run(out, p0, p1);
+        }
+    };
+    let adopt = |i: usize| {
+        let (p0, p1) = range(i);
+        let (c0, c1) = (p0 * t_b, (p1 * t_b).min(n_pad));
+        for r in 0..m {
+            let at = r * n_pad + c0;
+            // SAFETY: the worker that ran claim `i` wrote these columns of
+            // the scratch output and published them (see `run_detached`);
+            // no other claim writes them, and `out` is this call's output.
+            unsafe { std::ptr::copy_nonoverlapping(sp.0.add(at), out.add(at), c1 - c0) };
+        }
+    };
+    pool.run_detached(claims, Box::new(work), &mine, &adopt);
+    if let Ok(buf) = Arc::try_unwrap(scratch) {
+        pool.give_scratch(buf);
+    }
+    ypad.finish(y);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    /// `over_panels_owned` with a run that writes `r * 100000 + c` into its
+    /// columns: every column of a ragged `n` lands in `y`, whether the
+    /// caller ran its claim, adopted a worker's, or ran a stalled worker's
+    /// claim again.
+    #[test]
+    fn owned_panels_adopt_and_rerun_every_column() {
+        let w = crate::Matrix::from_f32(&vec![0.5f32; 64 * 16], 64, 16, "q4_0").unwrap();
+        let kernel = *w.gemv_kernel();
+        let t_b = kernel.t_b;
+        let (m, k_pad, panels) = (2, 1 << 16, 20);
+        let (n_pad, n) = (panels * t_b, panels * t_b - 5);
+        let run: Arc<OwnedPanelRun> = Arc::new(move |y: *mut f32, p0: usize, p1: usize| {
+            std::thread::sleep(Duration::from_millis(2));
+            for r in 0..m {
+                for c in p0 * t_b..(p1 * t_b).min(n_pad) {
+                    // SAFETY: `y` is an m x n_pad output (test).
+                    unsafe { *y.add(r * n_pad + c) = (r * 100000 + c) as f32 };
+                }
+            }
+        });
+        let want: Vec<f32> = (0..m * n)
+            .map(|j| ((j / n) * 100000 + j % n) as f32)
+            .collect();
+        for stall in [false, true] {
+            if stall {
+                crate::pool::CLAIM_DELAY.with(|d| d.set(Duration::from_millis(400)));
+            }
+            let pool = Pool::new(if stall { 2 } else { 3 });
+            crate::pool::CLAIM_DELAY.with(|d| d.set(Duration::ZERO));
+            for round in 0..3 {
+                let mut y = vec![f32::NAN; m * n];
+                let start = Instant::now();
+                over_panels_owned(
+                    &pool,
+                    &kernel,
+                    k_pad,
+                    panels,
+                    m,
+                    n,
+                    n_pad,
+                    &mut y,
+                    Arc::clone(&run),
+                );
+                assert_eq!(y, want, "stall {stall} round {round}");
+                if stall {
+                    assert!(
+                        start.elapsed() < Duration::from_millis(300),
+                        "waited for a stalled worker"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn claims_are_whole_panels_sized_by_threads_and_work() {

@@ -13,6 +13,15 @@
 //!   (parked, or waiting for a core) does not hold the call either: the
 //!   caller waits only for the workers that did take it.
 //!
+//! * [`Pool::run_detached`] claims like `run_chunks`, but for a job whose
+//!   workers own everything they touch ([`Detached`]): the caller never
+//!   waits for a worker. A worker that claimed an index and then lost its
+//!   core to another process (for a whole scheduler slice, milliseconds,
+//!   while a GEMV takes a tenth of one) would otherwise hold the call; here
+//!   the caller, once every index is claimed, waits for such an index only
+//!   about two of its own claims' time and then runs it itself. The
+//!   worker's late result goes to the job's own buffers and is dropped.
+//!
 //! A pool of `threads` has `threads - 1` worker threads. Workers park on a
 //! condition variable between calls; nothing is spawned per call.
 //!
@@ -65,11 +74,20 @@
 //! * `f` is `Sync`, so calling it from several threads at once is allowed, and
 //!   the mutex hand-offs order everything the tasks wrote before the call
 //!   returns.
+//!
+//! [`Pool::run_detached`] needs none of the above: the workers' closure is
+//! `'static` and shared through an `Arc` that each worker clones under the
+//! mutex, so the job lives as long as its last worker. It has its own claim
+//! counter (a late worker can never claim an index of a later job), and a
+//! worker publishes index `i` as done with a release store after its
+//! results are written; the caller reads them only after an acquire load
+//! sees that flag. The caller's own closure never leaves the caller's
+//! thread.
 
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -92,6 +110,26 @@ enum Split {
     Claim,
 }
 
+/// A job whose workers own what they read and write (see
+/// [`Pool::run_detached`]): once every index is claimed the caller need not
+/// wait for them.
+pub(crate) struct Detached {
+    /// Runs index `i` on a worker, into buffers the closure owns.
+    work: Box<dyn Fn(usize) + Send + Sync>,
+    tasks: usize,
+    /// The next unclaimed index (this job's own counter).
+    next: AtomicUsize,
+    /// Set, with release ordering, once a worker has run index `i`.
+    done: Box<[AtomicBool]>,
+}
+
+/// What a job published to the workers is.
+#[derive(Clone)]
+enum Published {
+    Borrowed(Job),
+    Detached(Arc<Detached>),
+}
+
 /// A published job: the erased closure and how the index space is split.
 #[derive(Clone, Copy)]
 struct Job {
@@ -109,7 +147,7 @@ unsafe impl Send for Job {}
 struct State {
     epoch: u64,
     /// The published job, until the caller withdraws it.
-    job: Option<Job>,
+    job: Option<Published>,
     /// Workers the caller must still wait for (see the module docs).
     remaining: usize,
     panic: Option<Payload>,
@@ -134,6 +172,10 @@ struct Shared {
     /// a new job, as if it were parked or waiting for a core.
     #[cfg(test)]
     take_delay: Duration,
+    /// Tests only: how long a worker sleeps after claiming its first index
+    /// of a detached job, as if it lost its core right then.
+    #[cfg(test)]
+    claim_delay: Duration,
 }
 
 /// Keeps a hot atomic off its neighbours' cache line (128 bytes: adjacent-line
@@ -165,6 +207,8 @@ thread_local! {
 thread_local! {
     /// Tests only: the `take_delay` of the pools this thread creates.
     static TAKE_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
+    /// Tests only: the `claim_delay` of the pools this thread creates.
+    pub(crate) static CLAIM_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
 /// Resets `IN_POOL` on scope exit, unwinding included.
@@ -233,6 +277,9 @@ pub struct Pool {
     workers: Vec<JoinHandle<()>>,
     /// Serializes `run` calls from different threads.
     run_lock: Mutex<()>,
+    /// A scratch output for [`crate::panels::over_panels_owned`], kept
+    /// between calls so its pages are not faulted in again each time.
+    scratch: Mutex<Vec<f32>>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -265,6 +312,8 @@ impl Pool {
             next: CachePadded(AtomicUsize::new(0)),
             #[cfg(test)]
             take_delay: TAKE_DELAY.with(|d| d.get()),
+            #[cfg(test)]
+            claim_delay: CLAIM_DELAY.with(|d| d.get()),
         });
         let mut workers = Vec::with_capacity(wanted - 1);
         for id in 1..wanted {
@@ -285,6 +334,24 @@ impl Pool {
             shared,
             workers,
             run_lock: Mutex::new(()),
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A buffer of `len` values (contents unspecified): the pool's kept one
+    /// if it is there, else a new one.
+    pub(crate) fn take_scratch(&self, len: usize) -> Vec<f32> {
+        let mut v = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
+        v.resize(len, 0.0);
+        v
+    }
+
+    /// Keeps `v` for the next [`Pool::take_scratch`] if it is larger than the
+    /// one kept.
+    pub(crate) fn give_scratch(&self, v: Vec<f32>) {
+        let mut kept = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if v.capacity() > kept.capacity() {
+            *kept = v;
         }
     }
 
@@ -329,6 +396,98 @@ impl Pool {
         self.dispatch(chunks, f, Split::Claim);
     }
 
+    /// Calls `mine(i)` (on the calling thread) or `work(i)` (on a worker)
+    /// once for every `i` in `0..chunks`, claimed as in
+    /// [`Pool::run_chunks`], then `adopt(i)` on the calling thread for each
+    /// index a worker ran, and returns. `work` must own everything it reads
+    /// and write only into buffers it owns; `adopt(i)` takes index `i`'s
+    /// results from there (after `work(i)` returned: the flag that says so
+    /// is read with acquire ordering). `mine` writes its results in place.
+    ///
+    /// Once every index is claimed, an index a worker still holds is waited
+    /// for only about twice the caller's own time per index; then the
+    /// caller runs `mine(i)` itself and the worker's result, whenever it
+    /// comes, is never adopted. So a worker that loses its core to another
+    /// process does not hold the call. A late worker keeps `work` (and what
+    /// it owns) alive until it is done. Nested in a pool task, everything
+    /// runs inline through `mine`.
+    ///
+    /// A panic in `mine` is resumed in the caller after the other indices
+    /// ran; an index whose `work` panicked is run again by `mine`.
+    pub(crate) fn run_detached(
+        &self,
+        chunks: usize,
+        work: Box<dyn Fn(usize) + Send + Sync>,
+        mine: &dyn Fn(usize),
+        adopt: &dyn Fn(usize),
+    ) {
+        let active = self.threads.min(chunks);
+        if active <= 1 || IN_POOL.with(|c| c.get()) {
+            let _g = InPoolGuard::enter();
+            (0..chunks).for_each(mine);
+            return;
+        }
+        let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let job = Arc::new(Detached {
+            work,
+            tasks: chunks,
+            next: AtomicUsize::new(0),
+            done: (0..chunks).map(|_| AtomicBool::new(false)).collect(),
+        });
+        {
+            let mut st = self.shared.lock();
+            st.epoch = st.epoch.wrapping_add(1);
+            st.job = Some(Published::Detached(Arc::clone(&job)));
+            self.shared.epoch_hint.store(st.epoch, Ordering::Release);
+        }
+        self.shared.work.notify_all();
+
+        let _g = InPoolGuard::enter();
+        let mut ran = vec![false; chunks];
+        let mut panic: Option<Payload> = None;
+        let run_mine = |i: usize, panic: &mut Option<Payload>| {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| mine(i))) {
+                panic.get_or_insert(p);
+            }
+        };
+        let (start, mut own) = (Instant::now(), 0u32);
+        loop {
+            let i = job.next.fetch_add(1, Ordering::Relaxed);
+            if i >= chunks {
+                break;
+            }
+            run_mine(i, &mut panic);
+            ran[i] = true;
+            own += 1;
+        }
+        // Every index is claimed: later workers have nothing to take.
+        self.shared.lock().job = None;
+        // A worker running normally finishes the index it holds within about
+        // one index's time; twice that, and it has lost its core.
+        let patience = match own {
+            0 => SPIN,
+            n => (start.elapsed() / n * 2).clamp(Duration::from_micros(20), SPIN * 10),
+        };
+        for (i, _) in ran.iter().enumerate().filter(|(_, &ran)| !ran) {
+            let since = Instant::now();
+            loop {
+                if job.done[i].load(Ordering::Acquire) {
+                    adopt(i);
+                    break;
+                }
+                if since.elapsed() > patience {
+                    run_mine(i, &mut panic);
+                    break;
+                }
+                // The worker may be waiting for this very core.
+                std::thread::yield_now();
+            }
+        }
+        if let Some(p) = panic {
+            resume_unwind(p);
+        }
+    }
+
     fn dispatch(&self, tasks: usize, f: &(dyn Fn(usize) + Sync), split: Split) {
         let active = self.threads.min(tasks);
         if active <= 1 || IN_POOL.with(|c| c.get()) {
@@ -358,7 +517,7 @@ impl Pool {
             // `remaining == 0`), so nobody can claim from this reset.
             self.shared.next.0.store(0, Ordering::Relaxed);
             st.epoch = st.epoch.wrapping_add(1);
-            st.job = Some(job);
+            st.job = Some(Published::Borrowed(job));
             // Static shares are owed by every participating worker; claims
             // only by the workers that take the job (counted as they do).
             st.remaining = match split {
@@ -405,6 +564,28 @@ impl Pool {
     }
 }
 
+/// A worker's part of a detached job: claims until none are left, marking
+/// each index that ran to the end. A panicking index stays unmarked, so the
+/// caller runs it again itself and sees the panic. `delay` (tests) is slept
+/// after the first claim.
+fn run_detached_share(d: &Detached, delay: Duration) {
+    let mut first = true;
+    loop {
+        // Relaxed: the counter only makes claims unique; results are
+        // published by the `done` flags.
+        let i = d.next.fetch_add(1, Ordering::Relaxed);
+        if i >= d.tasks {
+            return;
+        }
+        if std::mem::replace(&mut first, false) && !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+        if catch_unwind(AssertUnwindSafe(|| (d.work)(i))).is_ok() {
+            d.done[i].store(true, Ordering::Release);
+        }
+    }
+}
+
 fn worker(shared: Arc<Shared>, id: usize) {
     let _g = InPoolGuard::enter();
     let mut seen = 0u64;
@@ -431,20 +612,33 @@ fn worker(shared: Arc<Shared>, id: usize) {
                         delayed = false;
                     }
                     seen = st.epoch;
-                    match st.job {
-                        Some(job) if id < job.active => {
+                    match &st.job {
+                        Some(Published::Borrowed(job)) if id < job.active => {
+                            let job = *job;
                             if job.split == Split::Claim {
                                 st.remaining += 1;
                                 shared.remaining_hint.store(st.remaining, Ordering::Release);
                             }
-                            break job;
+                            break Published::Borrowed(job);
                         }
+                        Some(Published::Detached(d)) => break Published::Detached(Arc::clone(d)),
                         // Not taking part in this job, or it was withdrawn:
                         // wait for the next one.
                         _ => {}
                     }
                 }
                 st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let job = match job {
+            Published::Borrowed(job) => job,
+            Published::Detached(d) => {
+                #[cfg(test)]
+                let delay = shared.claim_delay;
+                #[cfg(not(test))]
+                let delay = Duration::ZERO;
+                run_detached_share(&d, delay);
+                continue;
             }
         };
         // SAFETY: `Pool::dispatch` keeps the closure alive until `remaining`
@@ -863,6 +1057,120 @@ mod tests {
             .map(|m| m.into_inner().unwrap().unwrap())
             .collect();
         assert_ne!(ids[0], ids[1]);
+    }
+
+    /// A detached job of `tasks` indices whose results are `i * i + 1`:
+    /// workers write them into an owned scratch, the caller in place or by
+    /// adopting. Returns (results, indices run by the caller, adopted ones).
+    fn detached_squares(
+        pool: &Pool,
+        tasks: usize,
+        work_calls: &Arc<AtomicUsize>,
+        task_time: Duration,
+        work_panics: bool,
+    ) -> (Vec<u64>, usize, usize) {
+        let scratch: Arc<Vec<AtomicU64>> =
+            Arc::new((0..tasks).map(|_| AtomicU64::new(0)).collect());
+        let work = {
+            let (scratch, calls) = (Arc::clone(&scratch), Arc::clone(work_calls));
+            move |i: usize| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                assert!(!work_panics, "a worker's index panics");
+                std::thread::sleep(task_time);
+                scratch[i].store((i * i + 1) as u64, Ordering::Relaxed);
+            }
+        };
+        let out: Vec<Mutex<u64>> = (0..tasks).map(|_| Mutex::new(0)).collect();
+        let (mine_n, adopt_n) = (Cell::new(0), Cell::new(0));
+        pool.run_detached(
+            tasks,
+            Box::new(work),
+            &|i| {
+                std::thread::sleep(task_time);
+                *out[i].lock().unwrap() = (i * i + 1) as u64;
+                mine_n.set(mine_n.get() + 1);
+            },
+            &|i| {
+                *out[i].lock().unwrap() = scratch[i].load(Ordering::Relaxed);
+                adopt_n.set(adopt_n.get() + 1);
+            },
+        );
+        let out = out.into_iter().map(|m| m.into_inner().unwrap()).collect();
+        (out, mine_n.get(), adopt_n.get())
+    }
+
+    #[test]
+    fn detached_jobs_run_every_index_once_and_adopt_the_workers_results() {
+        for threads in 1..=4 {
+            let pool = Pool::new(threads);
+            for tasks in [0, 1, 2, 3, 7, 40] {
+                let calls = Arc::new(AtomicUsize::new(0));
+                let (out, mine, adopted) =
+                    detached_squares(&pool, tasks, &calls, Duration::ZERO, false);
+                let want: Vec<u64> = (0..tasks).map(|i| (i * i + 1) as u64).collect();
+                assert_eq!(out, want, "{tasks} indices on {threads} threads");
+                // Each index ran in the caller or was adopted from a worker,
+                // and only a worker's finished index is adopted.
+                assert_eq!(mine + adopted, tasks);
+                assert!(adopted <= calls.load(Ordering::Relaxed));
+            }
+        }
+    }
+
+    #[test]
+    fn a_worker_that_loses_its_core_holding_an_index_does_not_hold_the_call() {
+        // The worker sleeps a second right after claiming its first index,
+        // as if another process took its core then. The caller runs that
+        // index itself after a short wait and returns; the worker's late
+        // result is never adopted.
+        CLAIM_DELAY.with(|d| d.set(Duration::from_secs(1)));
+        let pool = Pool::new(2);
+        CLAIM_DELAY.with(|d| d.set(Duration::ZERO));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let start = Instant::now();
+        let (out, mine, adopted) =
+            detached_squares(&pool, 20, &calls, Duration::from_millis(5), false);
+        let took = start.elapsed();
+        assert_eq!(out, (0..20).map(|i| (i * i + 1) as u64).collect::<Vec<_>>());
+        assert!(
+            took < Duration::from_millis(500),
+            "waited {took:?} for a stalled worker"
+        );
+        // The worker claimed one index (it had 100 ms to wake up) and
+        // delivered nothing in time.
+        assert_eq!((mine, adopted), (20, 0));
+        // The next call does not wait for the late worker either.
+        let start = Instant::now();
+        let (out, _, _) = detached_squares(&pool, 20, &calls, Duration::from_millis(1), false);
+        assert_eq!(out, (0..20).map(|i| (i * i + 1) as u64).collect::<Vec<_>>());
+        assert!(start.elapsed() < Duration::from_millis(500));
+        // Dropping the pool joins the worker, which then runs its claim.
+        drop(pool);
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "the worker's claim of the first call"
+        );
+    }
+
+    #[test]
+    fn a_worker_panic_in_a_detached_job_is_rerun_by_the_caller() {
+        let pool = Pool::new(3);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (out, mine, adopted) =
+            detached_squares(&pool, 30, &calls, Duration::from_micros(200), true);
+        assert_eq!(out, (0..30).map(|i| (i * i + 1) as u64).collect::<Vec<_>>());
+        assert_eq!((mine, adopted), (30, 0));
+        // A panic in the caller's own part still reaches the caller.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run_detached(
+                4,
+                Box::new(|_| {}),
+                &|i| assert_ne!(i, 2, "index 2"),
+                &|_| {},
+            )
+        }));
+        assert!(r.is_err());
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::time::Instant;
 /// A weight matrix `W` (K x N, `y = x W`) packed for an int8-activation kernel.
 pub(crate) struct Int8Matrix {
     layout: I8Layout,
-    packed: I8Packed,
+    /// Shared with the pool's workers for the length of their claims (see
+    /// [`crate::panels::over_panels_owned`]).
+    packed: Arc<I8Packed>,
     gemv: KernelEntry,
     gemm: KernelEntry,
     gemv_p: Int8Params,
@@ -119,7 +121,7 @@ impl Int8Matrix {
         layout.k = k;
         Ok(Int8Matrix {
             layout,
-            packed,
+            packed: Arc::new(packed),
             gemv,
             gemm,
             gemv_p,
@@ -230,7 +232,7 @@ impl Int8Matrix {
             m,
             perm: self.perm.clone(),
             sums,
-            xa,
+            xa: Arc::new(xa),
         }
     }
 
@@ -299,22 +301,13 @@ impl Int8Matrix {
             return Ok(());
         }
         let kernel = if m == 1 { &self.gemv_p } else { &self.gemm_p };
-        let xa = &input.xa;
-        let (w, sc) = (
-            self.packed.w.as_bytes().as_ptr() as usize,
-            self.packed.sc.as_ptr() as usize,
-        );
-        let (xq, xd, xc) = (
-            xa.q.as_ptr() as usize,
-            xa.d.as_ptr() as usize,
-            xa.c.as_ptr() as usize,
-        );
+        let (packed, xa) = (Arc::clone(&self.packed), Arc::clone(&input.xa));
         let run = kernel.run;
         let (k_pad, n_pad) = (l.k_pad, l.n_pad);
         debug_assert_eq!(xa.q.len() % k_pad, 0);
         debug_assert_eq!(k_pad % QK, 0);
         let entry = if m == 1 { &self.gemv } else { &self.gemm };
-        crate::panels::over_panels(
+        crate::panels::over_panels_owned(
             pool,
             entry,
             k_pad,
@@ -323,16 +316,17 @@ impl Int8Matrix {
             l.n,
             n_pad,
             y,
-            |y, p0, p1| {
-                // SAFETY: the kernel was selected by feature detection and the
-                // buffers have the layout's sizes; each call writes only panels p0..p1.
+            Arc::new(move |y, p0, p1| {
+                // SAFETY: the kernel was selected by feature detection, the
+                // buffers have the layout's sizes and live as long as this
+                // closure; each call writes only panels p0..p1 of `y`.
                 unsafe {
                     run(
-                        w as *const u8,
-                        sc as *const u16,
-                        xq as *const i8,
-                        xd as *const f32,
-                        xc as *const i32,
+                        packed.w.as_bytes().as_ptr(),
+                        packed.sc.as_ptr(),
+                        xa.q.as_ptr(),
+                        xa.d.as_ptr(),
+                        xa.c.as_ptr(),
                         y,
                         m,
                         k_pad,
@@ -341,7 +335,7 @@ impl Int8Matrix {
                         p1,
                     )
                 }
-            },
+            }),
         );
         if let Some(gm) = &self.group_mins {
             gm.add(&input.sums, m, k_pad / QK, l.n, y);
@@ -393,5 +387,6 @@ pub(crate) struct QuantizedInput {
     /// f32 sums per 32-block (`m x K_pad / 32`), for matrices with
     /// [`GroupMins`]; empty otherwise.
     pub(crate) sums: Vec<f32>,
-    pub(crate) xa: QuantizedActivations,
+    /// Shared with the pool's workers, as the weights are.
+    pub(crate) xa: Arc<QuantizedActivations>,
 }
