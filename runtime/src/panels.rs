@@ -160,10 +160,11 @@ pub(crate) fn over_panels(
 pub(crate) type OwnedPanelRun = dyn Fn(*mut f32, usize, usize) + Send + Sync;
 
 /// [`over_panels`] for a kernel run that owns its inputs, on
-/// [`Pool::run_detached`]: the caller never waits for a worker that lost
-/// its core. The caller's claims write the output directly; the workers'
-/// claims write into a scratch output (recycled through the pool when no
-/// late worker holds it) whose columns the caller then copies, an `m x
+/// [`Pool::run_detached`]: the caller waits for a worker that lost its core
+/// only a bounded time. The caller's claims write the output directly; the
+/// workers' claims write into a scratch output (lent by the pool and back
+/// there when its last holder, a late worker included, drops it) whose
+/// columns the caller then copies, an `m x
 /// claim` copy per worker claim, small next to the claim's `m x K x claim`
 /// multiply-accumulates. Results are bit-identical to [`over_panels`]: each
 /// column is still computed by one whole claim.
@@ -191,13 +192,11 @@ pub(crate) fn over_panels_owned(
     let range = move |i: usize| (i * per_claim, ((i + 1) * per_claim).min(panels));
 
     let mut scratch = pool.take_scratch(m * n_pad);
-    // Taken before the vector moves into its `Arc` (its heap buffer does
-    // not move); nothing else reads or writes the buffer until it is
-    // unwrapped below.
+    // Taken before the lease moves into the job (its heap buffer does not
+    // move); the buffer is touched only through `sp` until the lease drops.
     let sp = SendPtr(scratch.as_mut_ptr());
-    let scratch = Arc::new(scratch);
     let work = {
-        let (run, keep) = (Arc::clone(&run), Arc::clone(&scratch));
+        let (run, keep) = (Arc::clone(&run), scratch);
         move |i: usize| {
             let _alive = &keep;
             let (p0, p1) = range(i);
@@ -225,9 +224,6 @@ pub(crate) fn over_panels_owned(
         }
     };
     pool.run_detached(claims, Box::new(work), &mine, &adopt);
-    if let Ok(buf) = Arc::try_unwrap(scratch) {
-        pool.give_scratch(buf);
-    }
     ypad.finish(y);
 }
 
@@ -236,49 +232,41 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
-    /// `over_panels_owned` with a run that writes `r * 100000 + c` into its
-    /// columns: every column of a ragged `n` lands in `y`, whether the
-    /// caller ran its claim, adopted a worker's, or ran a stalled worker's
-    /// claim again.
+    /// `over_panels_owned` with a run that writes a value of the round, row
+    /// and column into its columns: every column of a ragged `n` lands in
+    /// `y`, with this round's value, whether the caller ran its claim, adopted a
+    /// worker's, or ran a stalled worker's claim again (the stalled worker
+    /// writes an old round's values late, into its own job's scratch).
     #[test]
     fn owned_panels_adopt_and_rerun_every_column() {
         let w = crate::Matrix::from_f32(&vec![0.5f32; 64 * 16], 64, 16, "q4_0").unwrap();
         let kernel = *w.gemv_kernel();
         let t_b = kernel.t_b;
-        let (m, k_pad, panels) = (2, 1 << 16, 20);
+        // 21 panels: on 2 threads, claims of 2 panels and a short last one.
+        let (m, k_pad, panels) = (2, 1 << 16, 21);
         let (n_pad, n) = (panels * t_b, panels * t_b - 5);
-        let run: Arc<OwnedPanelRun> = Arc::new(move |y: *mut f32, p0: usize, p1: usize| {
-            std::thread::sleep(Duration::from_millis(2));
-            for r in 0..m {
-                for c in p0 * t_b..(p1 * t_b).min(n_pad) {
-                    // SAFETY: `y` is an m x n_pad output (test).
-                    unsafe { *y.add(r * n_pad + c) = (r * 100000 + c) as f32 };
-                }
-            }
-        });
-        let want: Vec<f32> = (0..m * n)
-            .map(|j| ((j / n) * 100000 + j % n) as f32)
-            .collect();
+        let value =
+            |round: usize, r: usize, c: usize| (round * 10_000_000 + r * 100_000 + c) as f32;
         for stall in [false, true] {
             if stall {
-                crate::pool::CLAIM_DELAY.with(|d| d.set(Duration::from_millis(400)));
+                crate::pool::CLAIM_DELAY.with(|d| d.set(Duration::from_millis(60)));
             }
             let pool = Pool::new(if stall { 2 } else { 3 });
             crate::pool::CLAIM_DELAY.with(|d| d.set(Duration::ZERO));
-            for round in 0..3 {
+            for round in 0..5 {
+                let run: Arc<OwnedPanelRun> = Arc::new(move |y: *mut f32, p0: usize, p1: usize| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    for r in 0..m {
+                        for c in p0 * t_b..(p1 * t_b).min(n_pad) {
+                            // SAFETY: `y` is an m x n_pad output (test).
+                            unsafe { *y.add(r * n_pad + c) = value(round, r, c) };
+                        }
+                    }
+                });
+                let want: Vec<f32> = (0..m * n).map(|j| value(round, j / n, j % n)).collect();
                 let mut y = vec![f32::NAN; m * n];
                 let start = Instant::now();
-                over_panels_owned(
-                    &pool,
-                    &kernel,
-                    k_pad,
-                    panels,
-                    m,
-                    n,
-                    n_pad,
-                    &mut y,
-                    Arc::clone(&run),
-                );
+                over_panels_owned(&pool, &kernel, k_pad, panels, m, n, n_pad, &mut y, run);
                 assert_eq!(y, want, "stall {stall} round {round}");
                 if stall {
                     assert!(

@@ -14,13 +14,13 @@
 //!   caller waits only for the workers that did take it.
 //!
 //! * [`Pool::run_detached`] claims like `run_chunks`, but for a job whose
-//!   workers own everything they touch ([`Detached`]): the caller never
-//!   waits for a worker. A worker that claimed an index and then lost its
-//!   core to another process (for a whole scheduler slice, milliseconds,
-//!   while a GEMV takes a tenth of one) would otherwise hold the call; here
-//!   the caller, once every index is claimed, waits for such an index only
-//!   about two of its own claims' time and then runs it itself. The
-//!   worker's late result goes to the job's own buffers and is dropped.
+//!   workers own everything they touch ([`Detached`]): the caller waits for
+//!   a worker only a bounded time. A worker that claimed an index and then
+//!   lost its core to another process (for a whole scheduler slice,
+//!   milliseconds, while a GEMV takes a tenth of one) would otherwise hold
+//!   the call; here the caller, once every index is claimed, waits for such
+//!   an index about two of its own claims' time and then runs it itself.
+//!   The worker's late result goes to the job's own buffers and is dropped.
 //!
 //! A pool of `threads` has `threads - 1` worker threads. Workers park on a
 //! condition variable between calls; nothing is spawned per call.
@@ -278,8 +278,34 @@ pub struct Pool {
     /// Serializes `run` calls from different threads.
     run_lock: Mutex<()>,
     /// A scratch output for [`crate::panels::over_panels_owned`], kept
-    /// between calls so its pages are not faulted in again each time.
-    scratch: Mutex<Vec<f32>>,
+    /// between calls so its pages are not faulted in again each time (see
+    /// [`ScratchLease`]).
+    scratch: Arc<Mutex<Vec<f32>>>,
+}
+
+/// A scratch buffer lent by a [`Pool`]. It goes back to the pool when its
+/// last holder drops it (a late worker's job included), so a buffer is never
+/// lent again while anyone may still write into it.
+pub(crate) struct ScratchLease {
+    buf: Vec<f32>,
+    home: Arc<Mutex<Vec<f32>>>,
+}
+
+impl ScratchLease {
+    /// The buffer's start, for writes by whoever holds the lease.
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut f32 {
+        self.buf.as_mut_ptr()
+    }
+}
+
+impl Drop for ScratchLease {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.buf);
+        let mut kept = self.home.lock().unwrap_or_else(|e| e.into_inner());
+        if v.capacity() > kept.capacity() {
+            *kept = v;
+        }
+    }
 }
 
 impl std::fmt::Debug for Pool {
@@ -334,24 +360,18 @@ impl Pool {
             shared,
             workers,
             run_lock: Mutex::new(()),
-            scratch: Mutex::new(Vec::new()),
+            scratch: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
     /// A buffer of `len` values (contents unspecified): the pool's kept one
-    /// if it is there, else a new one.
-    pub(crate) fn take_scratch(&self, len: usize) -> Vec<f32> {
-        let mut v = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
-        v.resize(len, 0.0);
-        v
-    }
-
-    /// Keeps `v` for the next [`Pool::take_scratch`] if it is larger than the
-    /// one kept.
-    pub(crate) fn give_scratch(&self, v: Vec<f32>) {
-        let mut kept = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        if v.capacity() > kept.capacity() {
-            *kept = v;
+    /// if it is back, else a new one.
+    pub(crate) fn take_scratch(&self, len: usize) -> ScratchLease {
+        let mut buf = std::mem::take(&mut *self.scratch.lock().unwrap_or_else(|e| e.into_inner()));
+        buf.resize(len, 0.0);
+        ScratchLease {
+            buf,
+            home: Arc::clone(&self.scratch),
         }
     }
 
@@ -396,24 +416,29 @@ impl Pool {
         self.dispatch(chunks, f, Split::Claim);
     }
 
-    /// Calls `mine(i)` (on the calling thread) or `work(i)` (on a worker)
-    /// once for every `i` in `0..chunks`, claimed as in
-    /// [`Pool::run_chunks`], then `adopt(i)` on the calling thread for each
-    /// index a worker ran, and returns. `work` must own everything it reads
-    /// and write only into buffers it owns; `adopt(i)` takes index `i`'s
-    /// results from there (after `work(i)` returned: the flag that says so
-    /// is read with acquire ordering). `mine` writes its results in place.
+    /// Gets every `i` in `0..chunks` done, claimed as in [`Pool::run_chunks`]:
+    /// the calling thread runs `mine(i)` for the indices it claims, a worker
+    /// runs `work(i)` for the ones it claims, and the caller then calls
+    /// `adopt(i)` for each index whose `work(i)` finished in time, or runs
+    /// `mine(i)` itself for one that did not. `work` must own everything it
+    /// reads and write only into buffers it owns; `adopt(i)` takes index
+    /// `i`'s results from there (after `work(i)` returned: the flag that
+    /// says so is read with acquire ordering). `mine` writes its results in
+    /// place.
     ///
     /// Once every index is claimed, an index a worker still holds is waited
-    /// for only about twice the caller's own time per index; then the
-    /// caller runs `mine(i)` itself and the worker's result, whenever it
-    /// comes, is never adopted. So a worker that loses its core to another
-    /// process does not hold the call. A late worker keeps `work` (and what
-    /// it owns) alive until it is done. Nested in a pool task, everything
-    /// runs inline through `mine`.
+    /// for about twice the caller's own time per index (at least 20 µs;
+    /// if the caller claimed none, twice the time since the job started).
+    /// Then the caller runs `mine(i)` and the worker's result, whenever it
+    /// comes, is never adopted: `work(i)` may run, in part or whole, after
+    /// this returns. So a worker that loses its core to another process
+    /// does not hold the call. A late worker keeps `work` (and what it
+    /// owns) alive until it is done. Nested in a pool task, everything runs
+    /// inline through `mine`.
     ///
     /// A panic in `mine` is resumed in the caller after the other indices
-    /// ran; an index whose `work` panicked is run again by `mine`.
+    /// ran. A panic in `work(i)` is dropped, and the caller runs `mine(i)`
+    /// once the wait above has passed.
     pub(crate) fn run_detached(
         &self,
         chunks: usize,
@@ -428,6 +453,7 @@ impl Pool {
             return;
         }
         let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let start = Instant::now();
         let job = Arc::new(Detached {
             work,
             tasks: chunks,
@@ -450,7 +476,7 @@ impl Pool {
                 panic.get_or_insert(p);
             }
         };
-        let (start, mut own) = (Instant::now(), 0u32);
+        let mut own = 0u32;
         loop {
             let i = job.next.fetch_add(1, Ordering::Relaxed);
             if i >= chunks {
@@ -463,11 +489,10 @@ impl Pool {
         // Every index is claimed: later workers have nothing to take.
         self.shared.lock().job = None;
         // A worker running normally finishes the index it holds within about
-        // one index's time; twice that, and it has lost its core.
-        let patience = match own {
-            0 => SPIN,
-            n => (start.elapsed() / n * 2).clamp(Duration::from_micros(20), SPIN * 10),
-        };
+        // one index's time; twice that, and it has lost its core. With no
+        // claim of its own, the caller was away while the workers took them
+        // all: the time since the start bounds one index's time.
+        let patience = (start.elapsed() * 2 / own.max(1)).max(Duration::from_micros(20));
         for (i, _) in ran.iter().enumerate().filter(|(_, &ran)| !ran) {
             let since = Instant::now();
             loop {
@@ -565,9 +590,9 @@ impl Pool {
 }
 
 /// A worker's part of a detached job: claims until none are left, marking
-/// each index that ran to the end. A panicking index stays unmarked, so the
-/// caller runs it again itself and sees the panic. `delay` (tests) is slept
-/// after the first claim.
+/// each index that ran to the end. A panicking index stays unmarked (its
+/// payload is dropped), so the caller runs it again itself. `delay` (tests)
+/// is slept after the first claim.
 fn run_detached_share(d: &Detached, delay: Duration) {
     let mut first = true;
     loop {
@@ -1136,15 +1161,15 @@ mod tests {
             took < Duration::from_millis(500),
             "waited {took:?} for a stalled worker"
         );
-        // The worker claimed one index (it had 100 ms to wake up) and
-        // delivered nothing in time.
+        // Nothing delivered in time: the caller ran every index.
         assert_eq!((mine, adopted), (20, 0));
         // The next call does not wait for the late worker either.
         let start = Instant::now();
         let (out, _, _) = detached_squares(&pool, 20, &calls, Duration::from_millis(1), false);
         assert_eq!(out, (0..20).map(|i| (i * i + 1) as u64).collect::<Vec<_>>());
         assert!(start.elapsed() < Duration::from_millis(500));
-        // Dropping the pool joins the worker, which then runs its claim.
+        // Dropping the pool joins the worker, which then runs its claim: the
+        // worker did hold one (it had 100 ms to wake up and take it).
         drop(pool);
         assert_eq!(
             calls.load(Ordering::Relaxed),
@@ -1161,11 +1186,12 @@ mod tests {
             detached_squares(&pool, 30, &calls, Duration::from_micros(200), true);
         assert_eq!(out, (0..30).map(|i| (i * i + 1) as u64).collect::<Vec<_>>());
         assert_eq!((mine, adopted), (30, 0));
-        // A panic in the caller's own part still reaches the caller.
+        // A panic in the caller's own part still reaches the caller (the
+        // workers' panics are dropped, and index 2 then runs in the caller).
         let r = catch_unwind(AssertUnwindSafe(|| {
             pool.run_detached(
                 4,
-                Box::new(|_| {}),
+                Box::new(|i| assert_ne!(i, 2, "index 2")),
                 &|i| assert_ne!(i, 2, "index 2"),
                 &|_| {},
             )
