@@ -52,22 +52,37 @@ pub(crate) fn panels_per_claim(panels: usize, macs_per_panel: usize, threads: us
     by_threads.max(by_size).clamp(1, panels.max(1))
 }
 
-/// `(panels per claim, claims)` for a call on `pool` (see [`panels_per_claim`]).
-fn claim_split(
-    pool: &Pool,
-    kernel: &KernelEntry,
-    k_pad: usize,
+/// How a call's panels are cut into claims (see [`panels_per_claim`]).
+#[derive(Clone, Copy)]
+struct Claims {
     panels: usize,
-    m: usize,
-) -> (usize, usize) {
-    let threads = pool.threads();
-    let per_claim = if threads > 1 {
-        let macs_per_panel = m.saturating_mul(k_pad).saturating_mul(kernel.t_b);
-        panels_per_claim(panels, macs_per_panel, threads)
-    } else {
-        panels.max(1)
-    };
-    (per_claim, panels.div_ceil(per_claim).max(1))
+    per_claim: usize,
+    count: usize,
+}
+
+impl Claims {
+    fn new(pool: &Pool, kernel: &KernelEntry, k_pad: usize, panels: usize, m: usize) -> Claims {
+        let threads = pool.threads();
+        let per_claim = if threads > 1 {
+            let macs_per_panel = m.saturating_mul(k_pad).saturating_mul(kernel.t_b);
+            panels_per_claim(panels, macs_per_panel, threads)
+        } else {
+            panels.max(1)
+        };
+        Claims {
+            panels,
+            per_claim,
+            count: panels.div_ceil(per_claim).max(1),
+        }
+    }
+
+    /// The panels `p0..p1` of claim `i` (empty past the last panel).
+    fn range(self, i: usize) -> (usize, usize) {
+        (
+            i * self.per_claim,
+            ((i + 1) * self.per_claim).min(self.panels),
+        )
+    }
 }
 
 /// Where the kernels write an `m x n_pad` result: the caller's `y` itself
@@ -138,18 +153,18 @@ pub(crate) fn over_panels(
 ) {
     let ypad = Padded::new(y, m, n, n_pad);
     let yptr = SendPtr(ypad.out);
-    let (per_claim, claims) = claim_split(pool, kernel, k_pad, panels, m);
+    let claims = Claims::new(pool, kernel, k_pad, panels, m);
     let claim = |i: usize| {
-        let (p0, p1) = (i * per_claim, ((i + 1) * per_claim).min(panels));
+        let (p0, p1) = claims.range(i);
         if p0 < p1 {
             let y = yptr;
             run(y.0, p0, p1);
         }
     };
-    if claims == 1 {
+    if claims.count == 1 {
         claim(0);
     } else {
-        pool.run_chunks(claims, &claim);
+        pool.run_chunks(claims.count, &claim);
     }
     ypad.finish(y);
 }
@@ -164,9 +179,8 @@ pub(crate) type OwnedPanelRun = dyn Fn(*mut f32, usize, usize) + Send + Sync;
 /// only a bounded time. The caller's claims write the output directly; the
 /// workers' claims write into a scratch output (lent by the pool and back
 /// there when its last holder, a late worker included, drops it) whose
-/// columns the caller then copies, an `m x
-/// claim` copy per worker claim, small next to the claim's `m x K x claim`
-/// multiply-accumulates. Results are bit-identical to [`over_panels`]: each
+/// columns the caller then copies: an `m x claim` copy per worker claim,
+/// small next to the claim's `m x K x claim` multiply-accumulates. Results are bit-identical to [`over_panels`]: each
 /// column is still computed by one whole claim.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn over_panels_owned(
@@ -180,8 +194,8 @@ pub(crate) fn over_panels_owned(
     y: &mut [f32],
     run: Arc<OwnedPanelRun>,
 ) {
-    let (per_claim, claims) = claim_split(pool, kernel, k_pad, panels, m);
-    if claims == 1 {
+    let claims = Claims::new(pool, kernel, k_pad, panels, m);
+    if claims.count == 1 {
         return over_panels(pool, kernel, k_pad, panels, m, n, n_pad, y, |y, p0, p1| {
             run(y, p0, p1)
         });
@@ -189,7 +203,7 @@ pub(crate) fn over_panels_owned(
     let ypad = Padded::new(y, m, n, n_pad);
     let out = ypad.out;
     let t_b = kernel.t_b;
-    let range = move |i: usize| (i * per_claim, ((i + 1) * per_claim).min(panels));
+    let range = move |i: usize| claims.range(i);
 
     let mut scratch = pool.take_scratch(m * n_pad);
     // Taken before the lease moves into the job (its heap buffer does not
@@ -223,7 +237,7 @@ pub(crate) fn over_panels_owned(
             unsafe { std::ptr::copy_nonoverlapping(sp.0.add(at), out.add(at), c1 - c0) };
         }
     };
-    pool.run_detached(claims, Box::new(work), &mine, &adopt);
+    pool.run_detached(claims.count, Box::new(work), &mine, &adopt);
     ypad.finish(y);
 }
 
