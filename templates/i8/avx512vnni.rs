@@ -141,8 +141,8 @@ pub unsafe fn idx_hi(w: I) -> I {
 /// four 128-bit lanes (the table load is loop-invariant).
 #[inline(always)]
 pub unsafe fn lut(idx: I) -> I {
-    let t = _mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i);
-    _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), idx)
+    let t = _mm512_broadcast_i32x4(_mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i));
+    _mm512_shuffle_epi8(t, idx)
 }
 
 /// Grid formats (kgen's `k2_*` and `k1`, paper 004): `GRID[C][n]` is the
