@@ -14,6 +14,10 @@
 //! at the pace of the thread that shares its core; with claimed chunks the
 //! other thread takes over most of the work, and a chunk held by a thread
 //! that lost its core is run again by the caller instead of waited for.
+//! Calls that gained nothing from the worker (it shared the caller's core)
+//! make the next few milliseconds of calls run on the caller alone: the
+//! last columns count the 2-thread pool's calls, those that gained nothing,
+//! those that ran reduced, and claims run again ([`Pool::stats`]).
 
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
@@ -114,17 +118,19 @@ fn main() {
         secs
     );
     println!(
-        "{:<6} {:<10} {:>10} {:>10} {:>8} {:>11}",
+        "{:<6} {:<10} {:>10} {:>10} {:>8} {:>11}  2T pool: calls no-gain reduced rerun",
         "case", "op", "1T GFLOPS", "2T GFLOPS", "2T/1T", "2T/1T mean"
     );
     for busy in [false, true] {
         // Long enough for both operations; killed when done.
         let mut child = busy.then(|| spinner(4.0 * secs + 10.0));
         for m in [1usize, 32] {
+            let before = p2.stats();
             let (s1, s2) = time_pair(&w, m, &p1, &p2, secs);
+            let after = p2.stats();
             let gflops = |s: f64| 2.0 * (m * K * N) as f64 / s / 1e9;
             println!(
-                "{:<6} {:<10} {:>10.1} {:>10.1} {:>7.2}x {:>10.2}x",
+                "{:<6} {:<10} {:>10.1} {:>10.1} {:>7.2}x {:>10.2}x  {:>14} {:>7} {:>7} {:>5}",
                 if busy { "busy" } else { "quiet" },
                 if m == 1 {
                     "gemv".to_string()
@@ -134,7 +140,11 @@ fn main() {
                 gflops(s1.median),
                 gflops(s2.median),
                 s1.median / s2.median,
-                s1.mean / s2.mean
+                s1.mean / s2.mean,
+                after.calls - before.calls,
+                after.no_gain - before.no_gain,
+                after.reduced - before.reduced,
+                after.rerun - before.rerun
             );
         }
         if let Some(c) = child.as_mut() {

@@ -13,14 +13,20 @@
 //!   (parked, or waiting for a core) does not hold the call either: the
 //!   caller waits only for the workers that did take it.
 //!
-//! * [`Pool::run_detached`] claims like `run_chunks`, but for a job whose
-//!   workers own everything they touch ([`Detached`]): the caller waits for
+//! * `Pool::run_detached` claims like `run_chunks`, but for a job whose
+//!   workers own everything they touch (`Detached`): the caller waits for
 //!   a worker only a bounded time. A worker that claimed an index and then
 //!   lost its core to another process (for a whole scheduler slice,
 //!   milliseconds, while a GEMV takes a tenth of one) would otherwise hold
 //!   the call; here the caller, once every index is claimed, waits for such
 //!   an index about two of its own claims' time and then runs it itself.
 //!   The worker's late result goes to the job's own buffers and is dropped.
+//!
+//! A claimed call (`run_chunks`, `run_detached`) that gained nothing from
+//! its workers, judged against the caller's own CPU time (the scheduler had
+//! a worker take turns with the caller on one core while another process
+//! held the other), makes the calls of the next few milliseconds use one
+//! thread fewer (`Backoff`); [`Pool::stats`] counts all of it.
 //!
 //! A pool of `threads` has `threads - 1` worker threads. Workers park on a
 //! condition variable between calls; nothing is spawned per call.
@@ -75,7 +81,7 @@
 //!   the mutex hand-offs order everything the tasks wrote before the call
 //!   returns.
 //!
-//! [`Pool::run_detached`] needs none of the above: the workers' closure is
+//! `Pool::run_detached` needs none of the above: the workers' closure is
 //! `'static` and shared through an `Arc` that each worker clones under the
 //! mutex, so the job lives as long as its last worker. It has its own claim
 //! counter (a late worker can never claim an index of a later job), and a
@@ -121,6 +127,8 @@ pub(crate) struct Detached {
     next: AtomicUsize,
     /// Set, with release ordering, once a worker has run index `i`.
     done: Box<[AtomicBool]>,
+    /// Threads taking part (caller included); workers with id >= this idle.
+    active: usize,
 }
 
 /// What a job published to the workers is.
@@ -183,11 +191,119 @@ struct Shared {
 #[repr(align(128))]
 struct CachePadded<T>(T);
 
-/// Spins until `cond` or [`SPIN`] has passed.
+/// How many threads the next claimed jobs use. A claimed call measures
+/// what its workers gained it: the caller's CPU time per index it ran, times
+/// the indices, is what the call would have taken on the caller alone, and
+/// the wall time is what it took. Where that gain is under [`MIN_GAIN`]
+/// (the scheduler put a worker on the caller's core while another process
+/// holds the other, so the two take turns; or a worker lost its core
+/// holding a claim) the calls of the next 2, 4, 8, .. times that call's
+/// wall time, up to [`MAX_WAIT`], run with one thread fewer; then the full
+/// count is tried again. So with a core taken calls run at the speed of the
+/// threads that have one, and a freed core is used again within
+/// [`MAX_WAIT`]. The wait is in time, not calls: a long call (a GEMM)
+/// tries again after a few calls, a short one (a GEMV) after dozens, so
+/// the calls that try cost about the same share of the time either way.
+#[derive(Debug, Default)]
+struct Backoff {
+    /// Threads left out of the calls that start before `until`.
+    dropped: usize,
+    until: Option<Instant>,
+    /// Consecutive calls that gained nothing from a worker.
+    streak: u32,
+}
+
+/// The longest a pool runs with fewer threads before trying all again.
+const MAX_WAIT: Duration = Duration::from_millis(20);
+
+/// The least speedup over the caller alone for which a claimed call keeps
+/// all its threads.
+const MIN_GAIN: f64 = 1.0;
+
+impl Backoff {
+    /// Threads a claimed job of `threads` starting at `now` may use.
+    fn threads(&mut self, threads: usize, now: Instant) -> usize {
+        match self.until {
+            Some(t) if now < t => threads.saturating_sub(self.dropped).max(1),
+            _ => {
+                self.until = None;
+                threads
+            }
+        }
+    }
+
+    /// Records how a job on `active` threads that ended at `now` after
+    /// `wall` went.
+    fn record(
+        &mut self,
+        threads: usize,
+        active: usize,
+        gained_nothing: bool,
+        wall: Duration,
+        now: Instant,
+    ) {
+        if !gained_nothing {
+            self.streak = 0;
+            return;
+        }
+        self.streak = (self.streak + 1).min(16);
+        self.until = Some(now + (wall * (1 << self.streak)).min(MAX_WAIT));
+        self.dropped = threads - active + 1;
+    }
+}
+
+/// Counters of a pool's claimed jobs ([`Pool::stats`]).
+#[derive(Debug, Default)]
+struct Counts {
+    calls: AtomicU64,
+    reduced: AtomicU64,
+    no_gain: AtomicU64,
+    rerun: AtomicU64,
+}
+
+/// What a pool's claimed jobs ([`Pool::run_chunks`] and the int8 kernels'
+/// detached calls) met so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Calls split over the pool (not those too small to split).
+    pub calls: u64,
+    /// Calls run with fewer threads than the pool has, after earlier calls
+    /// gained nothing from a worker.
+    pub reduced: u64,
+    /// Calls split over two or more threads that ran no faster than the
+    /// caller alone would have (by its CPU time per index).
+    pub no_gain: u64,
+    /// Indices a worker claimed but the caller ran again (the worker took
+    /// too long: it had lost its core).
+    pub rerun: u64,
+}
+
+/// The CPU time this thread has used, where the OS says (time it waited
+/// for a core does not count).
+fn thread_cpu_time() -> Option<Duration> {
+    #[cfg(unix)]
+    {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes one timespec, which `t` is.
+        let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+        ok.then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
+/// Spins until `cond` or [`SPIN`] has passed, yielding the core on every
+/// turn: a spinning worker that the scheduler put on the caller's core
+/// would otherwise keep the caller off it for the whole spin.
 fn spin_until(cond: impl Fn() -> bool) {
     let start = Instant::now();
     while !cond() && start.elapsed() < SPIN {
-        std::hint::spin_loop();
+        std::thread::yield_now();
     }
 }
 
@@ -275,8 +391,11 @@ pub struct Pool {
     threads: usize,
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    /// Serializes `run` calls from different threads.
-    run_lock: Mutex<()>,
+    /// Serializes `run` calls from different threads, and holds how many
+    /// threads the next claimed jobs use.
+    run_lock: Mutex<Backoff>,
+    /// Counters of claimed jobs, for [`Pool::stats`].
+    counts: Counts,
     /// A scratch output for [`crate::panels::over_panels_owned`], kept
     /// between calls so its pages are not faulted in again each time (see
     /// [`ScratchLease`]).
@@ -359,7 +478,8 @@ impl Pool {
             threads: workers.len() + 1,
             shared,
             workers,
-            run_lock: Mutex::new(()),
+            run_lock: Mutex::new(Backoff::default()),
+            counts: Counts::default(),
             scratch: Arc::new(Mutex::new(Vec::new())),
         }
     }
@@ -446,19 +566,30 @@ impl Pool {
         mine: &dyn Fn(usize),
         adopt: &dyn Fn(usize),
     ) {
-        let active = self.threads.min(chunks);
-        if active <= 1 || IN_POOL.with(|c| c.get()) {
+        let inline = || {
             let _g = InPoolGuard::enter();
             (0..chunks).for_each(mine);
-            return;
+        };
+        if self.threads.min(chunks) <= 1 || IN_POOL.with(|c| c.get()) {
+            return inline();
         }
-        let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backoff = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let start = Instant::now();
+        let allowed = backoff.threads(self.threads, start);
+        self.counts.calls.fetch_add(1, Ordering::Relaxed);
+        if allowed < self.threads {
+            self.counts.reduced.fetch_add(1, Ordering::Relaxed);
+        }
+        let active = allowed.min(chunks);
+        if active <= 1 {
+            return inline();
+        }
         let job = Arc::new(Detached {
             work,
             tasks: chunks,
             next: AtomicUsize::new(0),
             done: (0..chunks).map(|_| AtomicBool::new(false)).collect(),
+            active,
         });
         {
             let mut st = self.shared.lock();
@@ -477,6 +608,7 @@ impl Pool {
             }
         };
         let mut own = 0u32;
+        let cpu_start = thread_cpu_time();
         loop {
             let i = job.next.fetch_add(1, Ordering::Relaxed);
             if i >= chunks {
@@ -486,8 +618,12 @@ impl Pool {
             ran[i] = true;
             own += 1;
         }
+        let own_cpu = cpu_start
+            .zip(thread_cpu_time())
+            .map(|(a, b)| b.saturating_sub(a));
         // Every index is claimed: later workers have nothing to take.
         self.shared.lock().job = None;
+        let mut rerun = 0;
         // A worker running normally finishes the index it holds within about
         // one index's time; twice that, and it has lost its core. With no
         // claim of its own, the caller was away while the workers took them
@@ -502,14 +638,59 @@ impl Pool {
                 }
                 if since.elapsed() > patience {
                     run_mine(i, &mut panic);
+                    rerun += 1;
                     break;
                 }
                 // The worker may be waiting for this very core.
                 std::thread::yield_now();
             }
         }
+        self.counts.rerun.fetch_add(rerun, Ordering::Relaxed);
+        self.judge(&mut backoff, active, chunks, own as usize, own_cpu, start);
+        drop(backoff);
         if let Some(p) = panic {
             resume_unwind(p);
+        }
+    }
+
+    /// Records in `backoff` whether a claimed job of `chunks` indices on
+    /// `active` threads, started at `start`, gained anything from its
+    /// workers: the caller alone would have taken its CPU time per index
+    /// (`own_cpu` over its `own` indices; time it waited for its core
+    /// excluded) for every index. If it claimed none, a worker took its core
+    /// from the start (woken onto it) and the two never ran at once.
+    fn judge(
+        &self,
+        backoff: &mut Backoff,
+        active: usize,
+        chunks: usize,
+        own: usize,
+        own_cpu: Option<Duration>,
+        start: Instant,
+    ) {
+        let now = Instant::now();
+        let wall = now - start;
+        let alone = own_cpu
+            .filter(|_| own > 0)
+            .map(|c| c.as_secs_f64() * chunks as f64 / own as f64);
+        let no_gain = own == 0 || alone.is_some_and(|t| t < MIN_GAIN * wall.as_secs_f64());
+        self.counts
+            .no_gain
+            .fetch_add(u64::from(no_gain), Ordering::Relaxed);
+        backoff.record(self.threads, active, no_gain, wall, now);
+    }
+
+    /// What this pool's claimed jobs met so far: how many were split, how
+    /// many of those gained too little from the workers, how many then ran
+    /// on fewer threads, and how many claims the caller ran again. Benches
+    /// print it next to their timings.
+    pub fn stats(&self) -> PoolStats {
+        let c = &self.counts;
+        PoolStats {
+            calls: c.calls.load(Ordering::Relaxed),
+            reduced: c.reduced.load(Ordering::Relaxed),
+            no_gain: c.no_gain.load(Ordering::Relaxed),
+            rerun: c.rerun.load(Ordering::Relaxed),
         }
     }
 
@@ -522,7 +703,27 @@ impl Pool {
             }
             return;
         }
-        let _serial = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backoff = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let start = Instant::now();
+        let active = match split {
+            // Static shares are fixed; claims are judged as detached jobs are.
+            Split::Static => active,
+            Split::Claim => {
+                let allowed = backoff.threads(self.threads, start);
+                self.counts.calls.fetch_add(1, Ordering::Relaxed);
+                if allowed < self.threads {
+                    self.counts.reduced.fetch_add(1, Ordering::Relaxed);
+                }
+                allowed.min(tasks)
+            }
+        };
+        if active <= 1 {
+            let _g = InPoolGuard::enter();
+            if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
+                resume_unwind(p);
+            }
+            return;
+        }
         // SAFETY: only the lifetime bound of the trait object is erased (same
         // fat-pointer layout). The pointer is dereferenced by workers only
         // between taking the job below and their `remaining` decrement, and
@@ -557,10 +758,19 @@ impl Pool {
         }
         self.shared.work.notify_all();
 
+        let own = AtomicUsize::new(0);
+        let cpu_start = thread_cpu_time();
         let mine = {
             let _g = InPoolGuard::enter();
-            share(f, split, tasks, active, 0, &self.shared.next.0)
+            let counted = |i: usize| {
+                own.fetch_add(1, Ordering::Relaxed);
+                f(i)
+            };
+            share(&counted, split, tasks, active, 0, &self.shared.next.0)
         };
+        let own_cpu = cpu_start
+            .zip(thread_cpu_time())
+            .map(|(a, b)| b.saturating_sub(a));
         if split == Split::Claim {
             // Every index is claimed: withdraw the job, so that only the
             // workers that took it are waited for.
@@ -580,6 +790,17 @@ impl Pool {
             st.job = None;
             st.panic.take()
         };
+        if split == Split::Claim {
+            self.judge(
+                &mut backoff,
+                active,
+                tasks,
+                own.into_inner(),
+                own_cpu,
+                start,
+            );
+        }
+        drop(backoff);
         if let Err(p) = mine {
             resume_unwind(p);
         }
@@ -646,7 +867,9 @@ fn worker(shared: Arc<Shared>, id: usize) {
                             }
                             break Published::Borrowed(job);
                         }
-                        Some(Published::Detached(d)) => break Published::Detached(Arc::clone(d)),
+                        Some(Published::Detached(d)) if id < d.active => {
+                            break Published::Detached(Arc::clone(d))
+                        }
                         // Not taking part in this job, or it was withdrawn:
                         // wait for the next one.
                         _ => {}
@@ -1176,6 +1399,154 @@ mod tests {
             1,
             "the worker's claim of the first call"
         );
+    }
+
+    #[test]
+    fn backoff_drops_a_thread_for_longer_while_calls_gain_nothing() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut b = Backoff::default();
+        assert_eq!(b.threads(2, t0), 2);
+        b.record(2, 2, false, ms(1), t0);
+        assert_eq!(b.threads(2, t0), 2);
+        // A 1 ms call that gained nothing: calls in the next 2 ms run on 1
+        // thread, then the pool tries 2 again; each failing try doubles the
+        // wait, up to MAX_WAIT.
+        let mut now = t0;
+        let mut waits = Vec::new();
+        for _ in 0..7 {
+            b.record(2, 2, true, ms(1), now);
+            let from = now;
+            while b.threads(2, now) == 1 {
+                now += Duration::from_micros(100);
+            }
+            waits.push((now - from).as_millis());
+        }
+        assert_eq!(waits, [2, 4, 8, 16, 20, 20, 20]);
+        // One call that gains again resets the wait.
+        b.record(2, 2, false, ms(1), now);
+        b.record(2, 2, true, ms(1), now);
+        assert_eq!(b.threads(2, now + ms(1)), 1);
+        assert_eq!(b.threads(2, now + ms(2)), 2);
+        // A long call waits longer, still at most MAX_WAIT.
+        b.record(2, 2, true, ms(30), now);
+        assert_eq!(b.threads(2, now + ms(19)), 1);
+        assert_eq!(b.threads(2, now + ms(20)), 2);
+        // Larger pools drop one thread more each time a reduced call fails.
+        let mut b = Backoff::default();
+        b.record(4, 4, true, ms(1), t0);
+        assert_eq!(b.threads(4, t0), 3);
+        b.record(4, 3, true, ms(1), t0);
+        assert_eq!(b.threads(4, t0), 2);
+        b.record(4, 2, true, ms(1), t0);
+        assert_eq!(b.threads(4, t0), 1);
+    }
+
+    /// Pins the calling thread (and the threads it then spawns) to `cpus`,
+    /// or back to `old`; returns the mask it had.
+    #[cfg(target_os = "linux")]
+    fn pin(cpus: Option<&[usize]>, old: Option<libc::cpu_set_t>) -> libc::cpu_set_t {
+        // SAFETY: plain syscalls on this thread with a zeroed, then filled,
+        // cpu_set_t of the size passed.
+        unsafe {
+            let mut was: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut was), 0);
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            match (cpus, old) {
+                (Some(cpus), _) => cpus.iter().for_each(|&c| libc::CPU_SET(c, &mut set)),
+                (None, Some(old)) => set = old,
+                (None, None) => return was,
+            }
+            assert_eq!(libc::sched_setaffinity(0, size, &set), 0);
+            was
+        }
+    }
+
+    /// Runs a detached job of `tasks` indices that each spin for `each`
+    /// (CPU time, unlike a sleep); returns (results, caller's, adopted).
+    fn detached_spins(pool: &Pool, tasks: usize, each: Duration) -> (Vec<u64>, usize, usize) {
+        fn spin(each: Duration) {
+            let start = Instant::now();
+            while start.elapsed() < each {
+                std::hint::spin_loop();
+            }
+        }
+        let scratch: Arc<Vec<AtomicU64>> =
+            Arc::new((0..tasks).map(|_| AtomicU64::new(0)).collect());
+        let work = {
+            let scratch = Arc::clone(&scratch);
+            move |i: usize| {
+                spin(each);
+                scratch[i].store(i as u64 + 7, Ordering::Relaxed);
+            }
+        };
+        let out: Vec<AtomicU64> = (0..tasks).map(|_| AtomicU64::new(0)).collect();
+        let (mine_n, adopt_n) = (Cell::new(0), Cell::new(0));
+        pool.run_detached(
+            tasks,
+            Box::new(work),
+            &|i| {
+                spin(each);
+                out[i].store(i as u64 + 7, Ordering::Relaxed);
+                mine_n.set(mine_n.get() + 1);
+            },
+            &|i| {
+                out[i].store(scratch[i].load(Ordering::Relaxed), Ordering::Relaxed);
+                adopt_n.set(adopt_n.get() + 1);
+            },
+        );
+        let out = out.into_iter().map(|a| a.into_inner()).collect();
+        (out, mine_n.get(), adopt_n.get())
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn calls_that_gain_nothing_from_the_workers_run_on_fewer_threads() {
+        // Caller and workers pinned to one CPU take turns on it: a call can
+        // never beat the caller alone, so the next calls run on fewer
+        // threads (and then try all again), every result still right.
+        for threads in [2, 3] {
+            let cpu = allowed_cpus().map_or(0, |c| c[0]);
+            let was = pin(Some(&[cpu]), None);
+            let pool = Pool::new(threads);
+            let want: Vec<u64> = (0..12).map(|i| i + 7).collect();
+            let rounds = 8;
+            for round in 0..rounds {
+                let (out, mine, adopted) = detached_spins(&pool, 12, Duration::from_micros(300));
+                assert_eq!(out, want, "round {round}");
+                assert_eq!(mine + adopted, 12, "round {round}");
+            }
+            pin(None, Some(was));
+            let st = pool.stats();
+            assert_eq!(st.calls, rounds);
+            // The first call gains nothing; the next two run reduced; the
+            // fourth tries all threads again and gains nothing; ..
+            assert!(st.no_gain >= 2, "{st:?}");
+            assert!(st.reduced >= 4, "{st:?}");
+            // The same for borrowed claims (`run_chunks`).
+            let was = pin(Some(&[cpu]), None);
+            let pool = Pool::new(threads);
+            for round in 0..rounds {
+                let hits: Vec<AtomicUsize> = (0..12).map(|_| AtomicUsize::new(0)).collect();
+                pool.run_chunks(12, &|i| {
+                    let start = Instant::now();
+                    while start.elapsed() < Duration::from_micros(300) {
+                        std::hint::spin_loop();
+                    }
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(
+                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                    "round {round}"
+                );
+            }
+            pin(None, Some(was));
+            let st = pool.stats();
+            assert_eq!(st.calls, rounds);
+            assert!(st.no_gain >= 2, "{st:?}");
+            assert!(st.reduced >= 4, "{st:?}");
+        }
     }
 
     #[test]
