@@ -217,8 +217,9 @@ struct Backoff {
 const MAX_WAIT: Duration = Duration::from_millis(20);
 
 /// The least speedup over the caller alone for which a claimed call keeps
-/// all its threads.
-const MIN_GAIN: f64 = 1.0;
+/// all its threads (a little above 1, so that the noise of the estimate
+/// does not decide a call that ran at one thread's speed).
+const MIN_GAIN: f64 = 1.05;
 
 impl Backoff {
     /// Threads a claimed job of `threads` starting at `now` may use.
@@ -232,7 +233,7 @@ impl Backoff {
         }
     }
 
-    /// Records how a job on `active` threads that ended at `now` after
+    /// Records how a job allowed `active` threads that ended at `now` after
     /// `wall` went.
     fn record(
         &mut self,
@@ -281,7 +282,17 @@ pub struct PoolStats {
 /// The CPU time this thread has used, where the OS says (time it waited
 /// for a core does not count).
 fn thread_cpu_time() -> Option<Duration> {
-    #[cfg(unix)]
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_vendor = "apple",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly",
+        target_os = "illumos",
+        target_os = "solaris"
+    ))]
     {
         let mut t = libc::timespec {
             tv_sec: 0,
@@ -291,7 +302,17 @@ fn thread_cpu_time() -> Option<Duration> {
         let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
         ok.then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
     }
-    #[cfg(not(unix))]
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_vendor = "apple",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "openbsd",
+        target_os = "dragonfly",
+        target_os = "illumos",
+        target_os = "solaris"
+    )))]
     {
         None
     }
@@ -646,23 +667,26 @@ impl Pool {
             }
         }
         self.counts.rerun.fetch_add(rerun, Ordering::Relaxed);
-        self.judge(&mut backoff, active, chunks, own as usize, own_cpu, start);
+        self.judge(&mut backoff, allowed, chunks, own as usize, own_cpu, start);
         drop(backoff);
         if let Some(p) = panic {
             resume_unwind(p);
         }
     }
 
-    /// Records in `backoff` whether a claimed job of `chunks` indices on
-    /// `active` threads, started at `start`, gained anything from its
-    /// workers: the caller alone would have taken its CPU time per index
-    /// (`own_cpu` over its `own` indices; time it waited for its core
-    /// excluded) for every index. If it claimed none, a worker took its core
-    /// from the start (woken onto it) and the two never ran at once.
+    /// Records in `backoff` whether a claimed job of `chunks` indices
+    /// allowed `allowed` threads (fewer if it had fewer indices), started at
+    /// `start`, gained anything from its workers: the caller alone would
+    /// have taken its CPU time per index (`own_cpu` over its `own` indices;
+    /// time it waited for its core excluded) for every index. A caller that
+    /// claimed none counts as no gain too: most often a worker woken onto
+    /// its core took it from the start, and the two never ran at once (on
+    /// an idle machine a spinning worker may also have finished a tiny job
+    /// before the caller began, which runs as fast alone).
     fn judge(
         &self,
         backoff: &mut Backoff,
-        active: usize,
+        allowed: usize,
         chunks: usize,
         own: usize,
         own_cpu: Option<Duration>,
@@ -677,7 +701,7 @@ impl Pool {
         self.counts
             .no_gain
             .fetch_add(u64::from(no_gain), Ordering::Relaxed);
-        backoff.record(self.threads, active, no_gain, wall, now);
+        backoff.record(self.threads, allowed, no_gain, wall, now);
     }
 
     /// What this pool's claimed jobs met so far: how many were split, how
@@ -705,7 +729,7 @@ impl Pool {
         }
         let mut backoff = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let start = Instant::now();
-        let active = match split {
+        let allowed = match split {
             // Static shares are fixed; claims are judged as detached jobs are.
             Split::Static => active,
             Split::Claim => {
@@ -714,9 +738,10 @@ impl Pool {
                 if allowed < self.threads {
                     self.counts.reduced.fetch_add(1, Ordering::Relaxed);
                 }
-                allowed.min(tasks)
+                allowed
             }
         };
+        let active = allowed.min(tasks);
         if active <= 1 {
             let _g = InPoolGuard::enter();
             if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
@@ -793,7 +818,7 @@ impl Pool {
         if split == Split::Claim {
             self.judge(
                 &mut backoff,
-                active,
+                allowed,
                 tasks,
                 own.into_inner(),
                 own_cpu,
@@ -1463,15 +1488,21 @@ mod tests {
         }
     }
 
-    /// Runs a detached job of `tasks` indices that each spin for `each`
-    /// (CPU time, unlike a sleep); returns (results, caller's, adopted).
-    fn detached_spins(pool: &Pool, tasks: usize, each: Duration) -> (Vec<u64>, usize, usize) {
-        fn spin(each: Duration) {
-            let start = Instant::now();
-            while start.elapsed() < each {
-                std::hint::spin_loop();
-            }
+    /// Spins until this thread has used `each` of CPU time (wall time
+    /// would let a thread switched out mid-spin finish early).
+    #[cfg(target_os = "linux")]
+    fn spin_cpu(each: Duration) {
+        let start = thread_cpu_time().expect("thread CPU time");
+        while thread_cpu_time().unwrap() - start < each {
+            std::hint::spin_loop();
         }
+    }
+
+    /// Runs a detached job of `tasks` indices that each spin for `each` of
+    /// CPU time; returns (results, caller's, adopted).
+    #[cfg(target_os = "linux")]
+    fn detached_spins(pool: &Pool, tasks: usize, each: Duration) -> (Vec<u64>, usize, usize) {
+        let spin = spin_cpu;
         let scratch: Arc<Vec<AtomicU64>> =
             Arc::new((0..tasks).map(|_| AtomicU64::new(0)).collect());
         let work = {
@@ -1530,10 +1561,7 @@ mod tests {
             for round in 0..rounds {
                 let hits: Vec<AtomicUsize> = (0..12).map(|_| AtomicUsize::new(0)).collect();
                 pool.run_chunks(12, &|i| {
-                    let start = Instant::now();
-                    while start.elapsed() < Duration::from_micros(300) {
-                        std::hint::spin_loop();
-                    }
+                    spin_cpu(Duration::from_micros(300));
                     hits[i].fetch_add(1, Ordering::Relaxed);
                 });
                 assert!(
