@@ -99,6 +99,14 @@ pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
     _mm512_dpbusd_epi32(acc, _mm512_abs_epi8(w), xs)
 }
 
+/// Signed levels as unsigned `level + 128` (the sign bit flipped) for
+/// vpdpbusd: one xor where `dot_s` takes more; the kernels remove
+/// `128 * sum(x)` per scale through the activations' sums.
+#[inline(always)]
+pub unsafe fn flip(w: I) -> I {
+    _mm512_xor_si512(w, _mm512_set1_epi8(-128))
+}
+
 #[inline(always)]
 pub unsafe fn splati(p: *const i32) -> I {
     _mm512_set1_epi32(*p)

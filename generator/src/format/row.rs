@@ -74,10 +74,13 @@ impl Int8Repack {
     }
 
     /// Activation level sums per 32-value block the kernels read: one per
-    /// min where the format has mins (2 for Q2_K's per-16 mins), else one
-    /// (the offset correction, where there is one).
+    /// min where the format has mins (2 for Q2_K's per-16 mins), one per
+    /// scale for signed 8-bit levels (Q6_K and Q3_K scale each 16 values,
+    /// and the u8-dot ISAs remove the `128 * sum(x)` of their flipped
+    /// levels per scale), else one (the offset correction, where there is
+    /// one).
     pub fn sums_per_block(&self) -> usize {
-        if self.mins {
+        if self.mins || self.layout_bits == 8 {
             self.scales_per_block
         } else {
             1
@@ -168,6 +171,12 @@ impl Format {
             Levels::Codebook(c) => Some(c),
             _ => None,
         }
+    }
+
+    /// Whether the int8 family reads signed int8 levels (stored as bytes or
+    /// looked up in a codebook) rather than unsigned ones with an offset.
+    pub fn signed_levels(&self) -> bool {
+        matches!(self.levels, Levels::Signed | Levels::Codebook(_))
     }
 
     /// The signed int8 value of a stored level (what a kernel multiplies).

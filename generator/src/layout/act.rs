@@ -8,9 +8,10 @@ use crate::layout::int8::{block_levels, stored_scale};
 
 /// Activations quantized per 32-block (Q8_0 arithmetic): `m x k_pad` int8
 /// levels, `m x blocks` scales, and `m x blocks x sums` corrections
-/// `bias * sum(q)` (the format's level offset: 8 for Q4_0, 0 for 8-bit and
-/// IQ4_NL codebook weights; 1 for formats with mins, per half block where
-/// they have a min per 16 values).
+/// `bias * sum(q)` (the format's level offset: 8 for Q4_0; 128 for signed
+/// 8-bit and IQ4_NL codebook weights, which the u8-dot ISAs read as
+/// `level + 128`; 1 for formats with mins; per half block where the format
+/// scales each 16 values).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QuantizedActivations {
     pub q: Vec<i8>,
@@ -22,8 +23,9 @@ pub struct QuantizedActivations {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ActFormat {
     /// The weights' level offset (the format table's [`Levels::Offset`]:
-    /// 8 for Q4_0's unsigned nibbles; a grid's `-min(grid)`; 0 for signed
-    /// and codebook levels); the kernels remove `bias * sum(q)` per block.
+    /// 8 for Q4_0's unsigned nibbles; a grid's `-min(grid)`; 128 for signed
+    /// and codebook levels, which only the u8-dot ISAs offset); the kernels
+    /// that read offset levels remove `bias * sum(q)` per block.
     ///
     /// [`Levels::Offset`]: crate::format::row::Levels::Offset
     pub bias: i32,
@@ -59,16 +61,24 @@ impl ActFormat {
 /// The factor on a block's level sum in the activations' `c` for weights of
 /// `format`: the level offset the kernels remove (8 for Q4_0), or 1 for
 /// formats with mins, whose kernels take the sum itself to add
-/// `m * d_x * sum(q)` per block.
+/// `m * d_x * sum(q)` per block. Signed and codebook levels get
+/// [`SIGNED_BIAS`]: ISAs whose byte dot is unsigned x signed into i32
+/// (vpdpbusd) read them as `level + 128` (flipping the sign bit, or from a
+/// shifted table) and remove it here; ISAs with a signed dot ignore `c`.
 pub fn act_bias(format: GgmlType) -> i32 {
     let f = format.format();
     if f.int8.is_some_and(|r| r.mins) {
         assert_eq!(f.offset(), 0, "{}: mins and an offset", f.name);
         1
+    } else if f.signed_levels() {
+        SIGNED_BIAS
     } else {
         f.offset()
     }
 }
+
+/// The offset u8-dot kernels add to signed and codebook levels.
+pub const SIGNED_BIAS: i32 = 128;
 
 /// Quantizes `m` rows of `x` (`m x k`) for a kernel on `format` weights,
 /// with each row padded to `k_pad`.

@@ -845,12 +845,16 @@ mod tests {
                 }
             }
         }
-        // The oracle reads levels through the codebook, and the activations
-        // carry no bias correction.
+        // The oracle reads levels through the codebook; the activations
+        // carry `128 * sum(q)` per block for the u8-dot kernels, which look
+        // the levels up plus 128.
         let x = Rng::new(13).vec_f32(k);
         let fmt = ActFormat::plain(GgmlType::IQ4_NL);
         let xa = quantize_activations_as(&x, 1, k, k, fmt);
-        assert!(xa.c.iter().all(|&c| c == 0));
+        for (b, &c) in xa.c.iter().enumerate() {
+            let sum: i32 = xa.q[b * 32..(b + 1) * 32].iter().map(|&v| i32::from(v)).sum();
+            assert_eq!(c, crate::layout::act::SIGNED_BIAS * sum, "block {b}");
+        }
         let y = reference_i8(&w, &xa, 1);
         let deq = w.dequantize();
         for j in 0..n {

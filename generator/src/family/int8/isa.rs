@@ -59,6 +59,14 @@ pub struct I8Isa {
     /// assumes, and every tile the count admits there compiled without a
     /// spill but q8_0 5x8.
     pub signed_dot_abs: bool,
+    /// The byte dot is unsigned x signed into i32 lanes with no narrower
+    /// sum in between (vpdpbusd), so signed levels are cheapest read as
+    /// `level + 128`: codebook tables shifted by 128, 8-bit levels with
+    /// their sign bit flipped (`flip`, one xor per weight vector shared by
+    /// the tile's rows), and the activations' `128 * sum(x)` removed per
+    /// scale. The sign trick (`dot_s`) costs two or three more instructions
+    /// per dot. Not on AVX2, whose maddubs sums pairs into saturating i16.
+    pub unsigned_dot: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -82,6 +90,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     fence_class: Some("zmm_reg"),
     fence_pointers: true,
     signed_dot_abs: true,
+    unsigned_dot: true,
 };
 
 pub const AVXVNNI: I8Isa = I8Isa {
@@ -101,6 +110,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: true,
 };
 
 pub const AVX2: I8Isa = I8Isa {
@@ -120,6 +130,7 @@ pub const AVX2: I8Isa = I8Isa {
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: false,
 };
 
 pub const DOTPROD: I8Isa = I8Isa {
@@ -139,6 +150,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: false,
 };
 
 pub const I8MM: I8Isa = I8Isa {
@@ -158,6 +170,7 @@ pub const I8MM: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: false,
 };
 
 pub const PORTABLE: I8Isa = I8Isa {
@@ -177,6 +190,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: false,
 };
 
 /// SVE at 256-bit vectors (Neoverse V1): the lane layout with 8 columns per
@@ -198,6 +212,7 @@ pub const SVE256: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    unsigned_dot: false,
 };
 
 /// Best first. `sve256` ranks below `i8mm`: a 256-bit sdot and a 128-bit
@@ -285,8 +300,14 @@ impl I8Isa {
     /// Whether kernels of `spec` here take dots of the stored, unsigned
     /// levels and remove the format's offset (`offset * sum(x)`, the
     /// activations' `c`) once per block: Q4_0 off the signed-nibble ISAs,
-    /// Q5_0 everywhere.
+    /// Q5_0 everywhere, signed and codebook levels on the u8-dot ISAs.
     pub fn removes_offset(&self, spec: &I8Spec) -> bool {
-        spec.format.offset() != 0 && !self.signed_levels(spec)
+        (spec.format.offset() != 0 && !self.signed_levels(spec)) || self.offsets_signed(spec)
+    }
+
+    /// Whether kernels of `spec` here read signed levels (8-bit, codebook)
+    /// as `level + 128` and take unsigned dots ([`I8Isa::unsigned_dot`]).
+    pub fn offsets_signed(&self, spec: &I8Spec) -> bool {
+        self.unsigned_dot && spec.format.signed_levels()
     }
 }

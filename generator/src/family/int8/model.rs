@@ -40,8 +40,9 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         5 => 3 * tile.t_sub,
         _ => tile.t_sub,
     };
-    // 8-bit and codebook levels go through `dot_s`.
-    let signed = spec.bits() == 8 || spec.codebook();
+    // 8-bit and codebook levels go through `dot_s`, unless the ISA reads
+    // them as `level + 128`.
+    let signed = (spec.bits() == 8 || spec.codebook()) && !isa.offsets_signed(spec);
     let weights = if signed && isa.signed_dot_abs {
         2 * vectors
     } else {

@@ -132,9 +132,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 quote! { ops::#nib(#wv) }
             }
         };
+        // Codebook levels: signed dots, or unsigned ones of the table
+        // shifted by 128 where the ISA offsets signed levels.
         let acc = format_ident!(
             "{}",
-            if p.spec.codebook() {
+            if p.spec.codebook() && !isa.offsets_signed(&p.spec) {
                 "dot_s"
             } else {
                 "pair_acc"
@@ -183,6 +185,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     } else {
         // Formats with a scale per 16 values fold each half of the block on
         // its own: `halves[h]` holds chunks `h * chunks / 2..`.
+        // Signed bytes: dotted signed x signed, or flipped to `level + 128`
+        // once per weight vector and dotted unsigned by every row.
+        let flip = isa.offsets_signed(&p.spec);
+        let dot = format_ident!("{}", if flip { "dot_u" } else { "dot_s" });
         for g in 0..chunks {
             if g == chunks / scales_per_block && g > 0 {
                 halves.push(std::mem::take(&mut block));
@@ -190,7 +196,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             for t in 0..t_sub {
                 let wv = format_ident!("w_{}", t);
                 let off = lit((g * t_u + t) * chunk);
-                block.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+                let load = quote! { ops::loadb(w.add(#off)) };
+                block.extend(if flip {
+                    quote! { let #wv = ops::flip(#load); }
+                } else {
+                    quote! { let #wv = #load; }
+                });
             }
             for r in 0..rows {
                 let x = format_ident!("x_{}", r);
@@ -198,7 +209,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 block.extend(quote! { let #x = #b; });
                 for t in 0..t_sub {
                     let (i, wv) = (iv(r, t), format_ident!("w_{}", t));
-                    block.extend(quote! { #i = ops::dot_s(#i, #wv, #x); });
+                    block.extend(quote! { #i = ops::#dot(#i, #wv, #x); });
                 }
             }
             block.extend(fence(isa, rows, t_sub));
@@ -243,10 +254,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
                 // 1-, 2- and 4-bit blocks accumulate in the template's block form
                 // (i16 pairs on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
-                // unsigned levels carry a bias to remove.
+                // unsigned levels carry a bias to remove (signed ones read as
+                // `level + 128` included).
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
-                    _ if p.spec.codebook() => quote! { #i },
-                    (5, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
+                    _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
+                    (5 | 8, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
                     (1 | 2 | 4, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(ops::block_sum(#i), #c) }
                     }

@@ -296,12 +296,22 @@ fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
         return Ok(());
     };
     require(items, CODEBOOK_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
-    let vals = values.iter().map(|&v| Literal::i8_unsuffixed(v));
+    // ISAs that read signed levels as `level + 128` look up the shifted
+    // table (unsigned bytes, written as their i8 bit patterns).
+    let shift = if isa.offsets_signed(spec) { 128 } else { 0 };
+    let vals = values
+        .iter()
+        .map(|&v| Literal::i8_unsuffixed((i32::from(v) + shift) as u8 as i8));
+    let doc = if shift == 0 {
+        " The format's codebook: int8 level of each 4-bit index."
+    } else {
+        " The format's codebook: int8 level of each 4-bit index plus 128, as an unsigned byte."
+    };
     replace_item(
         items,
         "CODEBOOK",
         quote! {
-            /// The format's codebook: int8 level of each 4-bit index.
+            #[doc = #doc]
             pub const CODEBOOK: [i8; 16] = [#(#vals),*];
         },
     );
