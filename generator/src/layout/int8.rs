@@ -852,7 +852,10 @@ mod tests {
         let fmt = ActFormat::plain(GgmlType::IQ4_NL);
         let xa = quantize_activations_as(&x, 1, k, k, fmt);
         for (b, &c) in xa.c.iter().enumerate() {
-            let sum: i32 = xa.q[b * 32..(b + 1) * 32].iter().map(|&v| i32::from(v)).sum();
+            let sum: i32 = xa.q[b * 32..(b + 1) * 32]
+                .iter()
+                .map(|&v| i32::from(v))
+                .sum();
             assert_eq!(c, crate::layout::act::SIGNED_BIAS * sum, "block {b}");
         }
         let y = reference_i8(&w, &xa, 1);
