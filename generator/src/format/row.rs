@@ -62,7 +62,8 @@ pub struct Int8Repack {
     /// Scales per 32-value sub-block: 1, or 2 where the format scales each
     /// 16 values (Q6_K, Q3_K, Q2_K); `sub_scale` then indexes 16-value
     /// sub-blocks and the kernels fold each half of a block on its own.
-    /// With mins (Q2_K) the activations carry a sum per 16 values too.
+    /// The activations then carry a sum per 16 values too (for Q2_K's
+    /// mins, and for the offset signed levels take on the u8-dot ISAs).
     pub scales_per_block: usize,
 }
 
@@ -74,17 +75,12 @@ impl Int8Repack {
     }
 
     /// Activation level sums per 32-value block the kernels read: one per
-    /// min where the format has mins (2 for Q2_K's per-16 mins), one per
-    /// scale for signed 8-bit levels (Q6_K and Q3_K scale each 16 values,
-    /// and the u8-dot ISAs remove the `128 * sum(x)` of their flipped
-    /// levels per scale), else one (the offset correction, where there is
-    /// one).
+    /// scale, so a kernel that folds each half of a block on its own (a
+    /// scale per 16 values) removes each half's own offset or adds its own
+    /// min: Q2_K's per-16 mins, and Q6_K's and Q3_K's signed levels, which
+    /// the u8-dot ISAs read as `level + 128`.
     pub fn sums_per_block(&self) -> usize {
-        if self.mins || self.layout_bits == 8 {
-            self.scales_per_block
-        } else {
-            1
-        }
+        self.scales_per_block
     }
 }
 

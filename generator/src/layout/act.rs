@@ -37,7 +37,7 @@ pub struct ActFormat {
     /// Factor on the stored scales (1/16 for signed-nibble weights).
     pub scale: f32,
     /// Sums per block in `c`: 1, or 2 (of values 0..16 and 16..32) for
-    /// weights with a min per 16 values (Q2_K).
+    /// weights with a scale per 16 values (Q2_K, Q3_K, Q6_K).
     pub sums: usize,
 }
 

@@ -68,7 +68,9 @@
 //! nibbles, but the nibbles are indices into the 16-entry int8 codebook
 //! [`IQ4_NL_VALUES`]: the kernel unpacks them (mask, shift + mask), looks
 //! them up with a byte table lookup (`tbl` / `pshufb`), and takes a signed x
-//! signed dot product. There is no `+8` bias and no activation-sum correction.
+//! signed dot product with no activation-sum correction; the vpdpbusd ISAs
+//! look them up in the table shifted by 128 and remove `128 * sum(x)` per
+//! block (the kernels' business: the layout is the same).
 //!
 //! Loop levels match the f32 family ([`crate::layout::f32`]): panels of `t_b`
 //! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
@@ -656,6 +658,33 @@ mod tests {
                 }
                 let whole = a.c[(r * 3 + b) * 2] + a.c[(r * 3 + b) * 2 + 1];
                 assert_eq!(whole, one.c[r * 3 + b]);
+            }
+        }
+    }
+
+    #[test]
+    fn signed_levels_carry_128_times_each_scales_sum() {
+        // Signed and codebook levels: `128 * sum(q)` per scale, for the
+        // u8-dot kernels that read them as `level + 128`.
+        for (t, sums) in [
+            (GgmlType::Q8_0, 1),
+            (GgmlType::IQ4_NL, 1),
+            (GgmlType::Q6_K, 2),
+            (GgmlType::Q3_K, 2),
+        ] {
+            let fmt = ActFormat::plain(t);
+            assert_eq!((fmt.sums, fmt.bias), (sums, 128), "{t}");
+            let (m, k, k_pad) = (2, 70, 96);
+            let x = Rng::new(15).vec_f32(m * k);
+            let a = quantize_activations_as(&x, m, k, k_pad, fmt);
+            for r in 0..m {
+                for b in 0..3 {
+                    for h in 0..sums {
+                        let (len, lo) = (32 / sums, r * k_pad + b * 32 + h * 32 / sums);
+                        let want: i32 = a.q[lo..lo + len].iter().map(|&v| i32::from(v)).sum();
+                        assert_eq!(a.c[(r * 3 + b) * sums + h], 128 * want, "{t} {r} {b} {h}");
+                    }
+                }
             }
         }
     }

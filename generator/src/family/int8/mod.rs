@@ -5,7 +5,7 @@
 //! kernel handles `t_u` groups of `L` interleaved columns for `m_r`
 //! activation rows; per 32-value block it keeps `m_r x t_u` i32 accumulators
 //! (`i_{row}_{t}`), adds 4-byte products into them with the template's
-//! `dot_u` / `dot_s`, then removes the nibble bias, converts, and folds the
+//! `dot_u` / `dot_s`, then removes the level offset, converts, and folds the
 //! block into `m_r x t_u` f32 accumulators (`f_{row}_{t}`) with the weight
 //! scales of `L` columns converted in one vector op times the activation
 //! block scale.
@@ -15,7 +15,11 @@
 //! byte table lookup: NEON `tbl`, x86 `pshufb`, portable scalar) turns them
 //! into signed int8 levels, and `dot_s` (sdot / smmla on Arm) accumulates
 //! with no bias correction. The template's `CODEBOOK` table is replaced by
-//! the format's. The SVE ISA has no such primitive: [`I8Isa::supports`].
+//! the format's. On the vpdpbusd ISAs ([`I8Isa::unsigned_dot`]) the table
+//! is shifted by 128 instead, the dot is unsigned (`dot_u`) and the
+//! activations' `128 * sum(x)` is removed per block, as 8-bit signed levels
+//! are read there too (`flip`). The SVE ISA has no table lookup:
+//! [`I8Isa::supports`].
 
 pub mod emit;
 pub mod isa;

@@ -23,7 +23,8 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// weight vectors (and their high nibbles; 5-bit: and each column group's
 /// fifth bits, live through the block; signed dots on x86: and their
 /// absolute values), two activation vectors, and two constants (nibble
-/// mask, word of ones; 5-bit: and the fifth-bit mask).
+/// mask, word of ones; 5-bit: and the fifth-bit mask; 8-bit on the u8-dot
+/// ISAs: the sign-bit mask of `flip`, in place of the two they do not use).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     // A grid kernel's tables: one per index field of a nibble.
     let grid_tables = if spec.grid() {

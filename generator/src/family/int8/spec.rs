@@ -95,8 +95,8 @@ impl I8Spec {
         self.format.int8.map_or(1, |r| r.scales_per_block)
     }
 
-    /// Activation level sums per block (2 where a format has a min per 16
-    /// values, Q2_K): the step of the kernels' `xc`.
+    /// Activation level sums per block (2 where a format has a scale per 16
+    /// values: Q2_K, Q3_K, Q6_K): the step of the kernels' `xc`.
     pub fn sums_per_block(&self) -> usize {
         self.format.int8.map_or(1, |r| r.sums_per_block())
     }

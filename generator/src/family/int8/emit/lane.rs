@@ -237,7 +237,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let row = lit(r);
             fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
             if isa.removes_offset(&p.spec) || mins {
-                // The sum of this part of the block: per half with per-16 mins.
+                // The sum of this part of the block: per half with per-16 scales.
                 let at = match p.spec.sums_per_block() {
                     1 => quote! { #row * ldb },
                     n => {
@@ -355,6 +355,43 @@ mod tests {
             lanes: isa.lanes,
         };
         micro_kernel(&p, isa, rows).to_string()
+    }
+
+    /// Signed and codebook levels on the vpdpbusd ISAs: flipped (8-bit) or
+    /// looked up shifted (codebook), dotted unsigned, with each scale's
+    /// `128 * sum(x)` removed (Q6_K: both halves' sums); elsewhere the
+    /// signed dot and no sums read. The only check the AVX-VNNI kernels get
+    /// here, where no CPU runs them.
+    #[test]
+    fn signed_levels_are_offset_on_the_u8_dot_isas() {
+        use crate::family::int8::isa::AVXVNNI;
+        for isa in [&AVX512VNNI, &AVXVNNI] {
+            for (tag, flips) in [("q8_0", 8), ("q6_k", 8), ("q3_k", 8), ("iq4_nl", 0)] {
+                let k = emitted(isa, tag, 2, 2);
+                assert!(!k.contains("dot_s"), "{} {tag}", isa.name);
+                assert_eq!(
+                    k.matches("ops :: flip").count(),
+                    flips * 2,
+                    "{} {tag}",
+                    isa.name
+                );
+                assert!(k.contains("ops :: subi"), "{} {tag}", isa.name);
+                assert!(k.contains("splati (xc"), "{} {tag}", isa.name);
+            }
+            let q6 = emitted(isa, "q6_k", 1, 2);
+            for at in ["1 * ldb * 2 + 0", "1 * ldb * 2 + 1"] {
+                assert!(
+                    q6.contains(&format!("xc . add ({at})")),
+                    "{} {at}",
+                    isa.name
+                );
+            }
+        }
+        for tag in ["q8_0", "q6_k", "iq4_nl"] {
+            let k = emitted(&AVX2, tag, 2, 2);
+            assert!(k.contains("dot_s") && !k.contains("flip"), "avx2 {tag}");
+            assert!(!k.contains("splati (xc"), "avx2 {tag}");
+        }
     }
 
     /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4; 2-bit: one per bit

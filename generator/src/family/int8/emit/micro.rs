@@ -64,7 +64,7 @@ pub(crate) fn micro_fn(
         lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
-    // One activation sum per block, or one per half for per-16 mins.
+    // One activation sum per block, or one per half for per-16 scales.
     let c_step = lit(p.spec.sums_per_block());
     let attrs = fn_attrs(isa);
     // The plane of fifth bits, in the same tile as `w`: the same step.

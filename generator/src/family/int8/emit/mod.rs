@@ -47,7 +47,9 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
         format!(
             "format:   {} ({}), op {}",
             p.spec.format_tag(),
-            if p.spec.codebook() {
+            if p.spec.codebook() && isa.offsets_signed(&p.spec) {
+                "4-bit codebook indices, table lookup to int8 level + 128".to_string()
+            } else if p.spec.codebook() {
                 "4-bit codebook indices, table lookup to signed int8".to_string()
             } else if let Some(grid) = p.spec.format.grid() {
                 format!(
@@ -77,6 +79,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 "4-bit, signed nibbles".to_string()
             } else if p.spec.bits() == 4 {
                 "4-bit, nibbles + 8".to_string()
+            } else if isa.offsets_signed(&p.spec) {
+                "8-bit signed, read as level + 128".to_string()
             } else {
                 "8-bit signed".to_string()
             },
@@ -193,7 +197,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             pub const SIGNED: bool = #signed;
             /// Activation rows interleaved in pairs (`kgen::int8_layout::ActFormat`).
             pub const ROW_PAIRS: bool = #row_pairs;
-            /// Activation level sums per 32-value block (2: a min per 16 values).
+            /// Activation level sums per 32-value block (2: a scale per 16 values).
             pub const SUMS: usize = #sums_per_block;
 
             #(#micro)*
