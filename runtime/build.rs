@@ -18,7 +18,27 @@ const DEFAULT_F32: &[(u32, Group)] = &[
     (4, Group::Column),
 ];
 
+/// Target OSes whose libc has `CLOCK_THREAD_CPUTIME_ID` (the pool's thread
+/// CPU clock), named once here as the `thread_cpu_clock` cfg; Apple targets
+/// by vendor.
+const THREAD_CPU_CLOCK_OS: &[&str] = &[
+    "linux",
+    "android",
+    "freebsd",
+    "netbsd",
+    "openbsd",
+    "dragonfly",
+    "illumos",
+    "solaris",
+];
+
 fn main() {
+    println!("cargo:rustc-check-cfg=cfg(thread_cpu_clock)");
+    let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    let vendor = std::env::var("CARGO_CFG_TARGET_VENDOR").unwrap_or_default();
+    if vendor == "apple" || THREAD_CPU_CLOCK_OS.contains(&os.as_str()) {
+        println!("cargo:rustc-cfg=thread_cpu_clock");
+    }
     // Plus the int8-activation family: every format of the table it runs.
     let defaults = Formats {
         f32: DEFAULT_F32.to_vec(),

@@ -282,17 +282,7 @@ pub struct PoolStats {
 /// The CPU time this thread has used, where the OS says (time it waited
 /// for a core does not count).
 fn thread_cpu_time() -> Option<Duration> {
-    #[cfg(any(
-        target_os = "linux",
-        target_os = "android",
-        target_vendor = "apple",
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "illumos",
-        target_os = "solaris"
-    ))]
+    #[cfg(thread_cpu_clock)]
     {
         let mut t = libc::timespec {
             tv_sec: 0,
@@ -302,17 +292,8 @@ fn thread_cpu_time() -> Option<Duration> {
         let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
         ok.then(|| Duration::new(t.tv_sec as u64, t.tv_nsec as u32))
     }
-    #[cfg(not(any(
-        target_os = "linux",
-        target_os = "android",
-        target_vendor = "apple",
-        target_os = "freebsd",
-        target_os = "netbsd",
-        target_os = "openbsd",
-        target_os = "dragonfly",
-        target_os = "illumos",
-        target_os = "solaris"
-    )))]
+    // No per-thread clock here (see build.rs): the pool never reduces.
+    #[cfg(not(thread_cpu_clock))]
     {
         None
     }
@@ -596,11 +577,7 @@ impl Pool {
         }
         let mut backoff = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let start = Instant::now();
-        let allowed = backoff.threads(self.threads, start);
-        self.counts.calls.fetch_add(1, Ordering::Relaxed);
-        if allowed < self.threads {
-            self.counts.reduced.fetch_add(1, Ordering::Relaxed);
-        }
+        let allowed = self.admit(&mut backoff, start);
         let active = allowed.min(chunks);
         if active <= 1 {
             return inline();
@@ -683,6 +660,17 @@ impl Pool {
     /// its core took it from the start, and the two never ran at once (on
     /// an idle machine a spinning worker may also have finished a tiny job
     /// before the caller began, which runs as fast alone).
+    /// The threads a claimed call may use now ([`Backoff::threads`]),
+    /// counted in [`Pool::stats`].
+    fn admit(&self, backoff: &mut Backoff, now: Instant) -> usize {
+        let allowed = backoff.threads(self.threads, now);
+        self.counts.calls.fetch_add(1, Ordering::Relaxed);
+        if allowed < self.threads {
+            self.counts.reduced.fetch_add(1, Ordering::Relaxed);
+        }
+        allowed
+    }
+
     fn judge(
         &self,
         backoff: &mut Backoff,
@@ -719,35 +707,26 @@ impl Pool {
     }
 
     fn dispatch(&self, tasks: usize, f: &(dyn Fn(usize) + Sync), split: Split) {
-        let active = self.threads.min(tasks);
-        if active <= 1 || IN_POOL.with(|c| c.get()) {
+        let inline = || {
             let _g = InPoolGuard::enter();
             if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
                 resume_unwind(p);
             }
-            return;
+        };
+        let active = self.threads.min(tasks);
+        if active <= 1 || IN_POOL.with(|c| c.get()) {
+            return inline();
         }
         let mut backoff = self.run_lock.lock().unwrap_or_else(|e| e.into_inner());
         let start = Instant::now();
         let allowed = match split {
             // Static shares are fixed; claims are judged as detached jobs are.
             Split::Static => active,
-            Split::Claim => {
-                let allowed = backoff.threads(self.threads, start);
-                self.counts.calls.fetch_add(1, Ordering::Relaxed);
-                if allowed < self.threads {
-                    self.counts.reduced.fetch_add(1, Ordering::Relaxed);
-                }
-                allowed
-            }
+            Split::Claim => self.admit(&mut backoff, start),
         };
         let active = allowed.min(tasks);
         if active <= 1 {
-            let _g = InPoolGuard::enter();
-            if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
-                resume_unwind(p);
-            }
-            return;
+            return inline();
         }
         // SAFETY: only the lifetime bound of the trait object is erased (same
         // fat-pointer layout). The pointer is dereferenced by workers only
