@@ -61,6 +61,21 @@ pub unsafe fn nib_hi(w: I) -> I {
     _mm512_and_si512(_mm512_srli_epi16::<4>(w), _mm512_set1_epi8(0x0F))
 }
 
+/// High nibbles in place, as `16 q` (GEMV on u8 dots): one mask where
+/// [`nib_hi`] takes a shift and a mask; their own accumulator, scaled back
+/// once per block by [`join_hi`].
+#[inline(always)]
+pub unsafe fn nib_hi16(w: I) -> I {
+    _mm512_and_si512(w, _mm512_set1_epi8(0xF0u8 as i8))
+}
+
+/// A block's dot from its low-nibble sum and its `16 q` high-nibble sum
+/// (exact: every high-nibble product is a multiple of 16).
+#[inline(always)]
+pub unsafe fn join_hi(lo: I, hi16: I) -> I {
+    _mm512_add_epi32(lo, _mm512_srai_epi32::<4>(hi16))
+}
+
 #[inline(always)]
 pub unsafe fn bcast4(p: *const i8) -> I {
     _mm512_set1_epi32((p as *const i32).read_unaligned())

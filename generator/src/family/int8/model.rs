@@ -57,6 +57,9 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
             // 2x2 (rows x columns) tiles, i32 and f32.
             2 * tile.m_r.div_ceil(2) * tile.t_sub
         }
+    } else if crate::family::int8::emit::lane::masked_high_nibbles(spec, isa) {
+        // And the high nibbles' own i32 accumulators.
+        3 * tile.t_sub * tile.m_r
     } else {
         2 * tile.t_sub * tile.m_r
     };

@@ -7,6 +7,7 @@ use crate::family::int8::emit::micro::{
     index_level, micro_fn, min_factors, min_term, nibble_split,
 };
 use crate::family::int8::isa::I8Isa;
+use crate::family::int8::spec::I8Spec;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
@@ -35,12 +36,21 @@ fn bcast(isa: &I8Isa, row: usize, off: usize) -> TokenStream {
 /// is summed before chunk `g + 1` of any, the order the kernel is written in.
 /// The fence emits no instruction (`#` starts an assembler comment).
 fn fence(isa: &I8Isa, rows: usize, t_sub: usize) -> TokenStream {
+    fence_of(isa, rows, t_sub, &["i"])
+}
+
+/// [`fence`] over the accumulators `{prefix}_{r}_{t}` of every prefix.
+fn fence_of(isa: &I8Isa, rows: usize, t_sub: usize, prefixes: &[&str]) -> TokenStream {
     let Some(class) = isa.fence_class else {
         return TokenStream::new();
     };
     let class = format_ident!("{}", class);
-    let accs: Vec<_> = (0..rows)
-        .flat_map(|r| (0..t_sub).map(move |t| format_ident!("i_{}_{}", r, t)))
+    let accs: Vec<_> = prefixes
+        .iter()
+        .flat_map(|pre| {
+            (0..rows)
+                .flat_map(move |r| (0..t_sub).map(move |t| format_ident!("{}_{}_{}", pre, r, t)))
+        })
         .collect();
     let pointers = if isa.fence_pointers {
         quote! { inout(reg) w, inout(reg) xq, }
@@ -52,6 +62,24 @@ fn fence(isa: &I8Isa, rows: usize, t_sub: usize) -> TokenStream {
     quote! {
         core::arch::asm!(#text, #(inout(#class) #accs,)* #pointers options(pure, nomem, nostack, preserves_flags));
     }
+}
+
+/// GEMV on plain 4-bit nibbles where the byte dot is unsigned into i32
+/// (vpdpbusd): high nibbles are read in place as `16 q` (one mask instead of
+/// a shift and a mask) into accumulators `j_{r}_{t}` of their own, joined to
+/// the low ones once per block. Two fewer vector ops per block and column
+/// group, and the ALU-bound GEMV gains; the GEMM, bound by its dot pipe,
+/// would only pay the extra accumulators.
+pub(crate) fn masked_high_nibbles(spec: &I8Spec, isa: &I8Isa) -> bool {
+    isa.unsigned_dot
+        && spec.op == crate::spec::Op::Gemv
+        && spec.bits() == 4
+        && !spec.codebook()
+        && !isa.signed_nibbles
+}
+
+fn jv(r: usize, t: usize) -> proc_macro2::Ident {
+    format_ident!("j_{}_{}", r, t)
 }
 
 pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
@@ -142,6 +170,15 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 "pair_acc"
             }
         );
+        let hi16 = masked_high_nibbles(&p.spec, isa);
+        if hi16 {
+            for r in 0..rows {
+                for t in 0..t_sub {
+                    let j = jv(r, t);
+                    zero.extend(quote! { let mut #j = ops::zero_i(); });
+                }
+            }
+        }
         for g in 0..chunks {
             // A scale per 16 values: chunks 0 and 1 hold values 0..16.
             if g == chunks / scales_per_block && g > 0 {
@@ -154,7 +191,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     format_ident!("hi_{}", t),
                 );
                 let off = lit((g * t_u + t) * chunk);
-                let (ulo, uhi) = (unpack("lo", &wv), unpack("hi", &wv));
+                let (ulo, uhi) = if hi16 {
+                    (unpack("lo", &wv), quote! { ops::nib_hi16(#wv) })
+                } else {
+                    (unpack("lo", &wv), unpack("hi", &wv))
+                };
                 block.extend(quote! {
                     let #wv = ops::loadb(w.add(#off));
                     let #lo = #ulo;
@@ -174,13 +215,19 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                         format_ident!("lo_{}", t),
                         format_ident!("hi_{}", t),
                     );
+                    let ih = if hi16 { jv(r, t) } else { i.clone() };
                     block.extend(quote! {
                         #i = ops::#acc(#i, #lo, #xl);
-                        #i = ops::#acc(#i, #hi, #xh);
+                        #ih = ops::#acc(#ih, #hi, #xh);
                     });
                 }
             }
-            block.extend(fence(isa, rows, t_sub));
+            block.extend(fence_of(
+                isa,
+                rows,
+                t_sub,
+                if hi16 { &["i", "j"] } else { &["i"] },
+            ));
         }
     } else {
         // Formats with a scale per 16 values fold each half of the block on
@@ -256,8 +303,13 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 // (i16 pairs on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
                 // unsigned levels carry a bias to remove (signed ones read as
                 // `level + 128` included).
+                let j = jv(r, t);
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
+                    (4, _) if masked_high_nibbles(&p.spec, isa) && isa.removes_offset(&p.spec) => {
+                        quote! { ops::subi(ops::join_hi(#i, #j), #c) }
+                    }
+                    (4, _) if masked_high_nibbles(&p.spec, isa) => quote! { ops::join_hi(#i, #j) },
                     (5 | 8, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
                     (1 | 2 | 4, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(ops::block_sum(#i), #c) }
@@ -345,8 +397,12 @@ mod tests {
     use crate::spec::Op;
 
     fn emitted(isa: &I8Isa, tag: &str, t_sub: usize, rows: usize) -> String {
+        emitted_op(isa, tag, t_sub, rows, Op::Gemm { m: 32 })
+    }
+
+    fn emitted_op(isa: &I8Isa, tag: &str, t_sub: usize, rows: usize, op: Op) -> String {
         let p = MicroSpec {
-            spec: I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format"),
+            spec: I8Spec::from_tag(op, tag).expect("format"),
             tile: I8Tile {
                 t_u: t_sub,
                 t_sub,
@@ -392,6 +448,50 @@ mod tests {
             assert!(k.contains("dot_s") && !k.contains("flip"), "avx2 {tag}");
             assert!(!k.contains("splati (xc"), "avx2 {tag}");
         }
+    }
+
+    /// GEMV on plain nibbles over vpdpbusd: high nibbles masked in place
+    /// into accumulators of their own (fenced with the low ones), joined
+    /// once per block before the offset comes off; GEMM, AVX2 and codebook
+    /// nibbles keep the shift and one accumulator. The AVX-VNNI kernels get
+    /// no other check, where no CPU runs them.
+    #[test]
+    fn gemv_masks_high_nibbles_in_place_on_the_u8_dot_isas() {
+        use crate::family::int8::isa::AVXVNNI;
+        for isa in [&AVX512VNNI, &AVXVNNI] {
+            for (tag, offset) in [("q4_0", true), ("q4_1", false), ("q4_k", false)] {
+                let k = emitted_op(isa, tag, 3, 1, Op::Gemv);
+                assert_eq!(
+                    k.matches("ops :: nib_hi16").count(),
+                    4 * 3,
+                    "{} {tag}",
+                    isa.name
+                );
+                assert!(!k.contains("ops :: nib_hi ("), "{} {tag}", isa.name);
+                for t in 0..3 {
+                    let acc = format!("j_0_{t} = ops :: pair_acc (j_0_{t} , hi_{t}");
+                    assert_eq!(k.matches(&acc).count(), 4, "{} {tag} {acc}", isa.name);
+                    let join = format!("ops :: join_hi (i_0_{t} , j_0_{t})");
+                    assert_eq!(k.matches(&join).count(), 1, "{} {tag}", isa.name);
+                }
+                assert_eq!(
+                    k.contains("ops :: subi (ops :: join_hi"),
+                    offset,
+                    "{} {tag}",
+                    isa.name
+                );
+                let gemm = emitted(isa, tag, 2, 2);
+                assert!(
+                    !gemm.contains("nib_hi16") && !gemm.contains("j_0_0"),
+                    "{} {tag}",
+                    isa.name
+                );
+            }
+            let iq = emitted_op(isa, "iq4_nl", 2, 1, Op::Gemv);
+            assert!(!iq.contains("nib_hi16"), "{} iq4_nl", isa.name);
+        }
+        let avx2 = emitted_op(&AVX2, "q4_0", 2, 1, Op::Gemv);
+        assert!(!avx2.contains("nib_hi16") && avx2.contains("ops :: nib_hi ("));
     }
 
     /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4; 2-bit: one per bit

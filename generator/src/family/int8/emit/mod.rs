@@ -7,7 +7,7 @@ use crate::family::int8::emit::micro::{fn_attrs, lit, MicroSpec};
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
-mod lane;
+pub(crate) mod lane;
 pub(crate) mod micro;
 pub mod mmla;
 pub mod sve;
