@@ -80,43 +80,57 @@ unsafe fn avx2(
     out: &mut QuantizedActivations,
 ) {
     // SAFETY (of the block calls): AVX2 is enabled on this function.
-    kgen::layout::act::quantize_with(x, m, k, k_pad, fmt, out, |b| unsafe { avx2_block(b) })
+    kgen::layout::act::quantize_with(
+        x,
+        m,
+        k,
+        k_pad,
+        fmt,
+        out,
+        |b| unsafe { avx2_amax(b) },
+        |b, id| unsafe { avx2_levels(b, id) },
+    )
 }
 
-/// `kgen::layout::act::quantize_block` in AVX2, with the same result bit for
+/// `kgen::layout::act::block_amax` in AVX2, with the same result bit for
 /// bit: the max of the absolute values skips NaNs as `f32::max` does (the
 /// running max is never NaN and `vmaxps` returns its second operand when the
-/// first is), the scale comes from the same scalar `block_scale`, and
-/// `round` (half away from zero) is `trunc(y + copysign(0.5 - 2^-25, y))`,
-/// exact for |y| < 2^23, clamped to +-127 before the truncation so that an
-/// infinite `y` saturates as the scalar cast does; NaN levels become 0.
+/// first is).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
-unsafe fn avx2_block(buf: &[f32; 32]) -> (f32, [i8; 32], i32) {
+unsafe fn avx2_amax(buf: &[f32; 32]) -> f32 {
     use core::arch::x86_64::*;
     let p = buf.as_ptr();
-    let v = [
-        _mm256_loadu_ps(p),
-        _mm256_loadu_ps(p.add(8)),
-        _mm256_loadu_ps(p.add(16)),
-        _mm256_loadu_ps(p.add(24)),
-    ];
     let sign = _mm256_set1_ps(-0.0);
     let mut mx = _mm256_setzero_ps();
-    for x in v {
-        mx = _mm256_max_ps(_mm256_andnot_ps(sign, x), mx);
+    for i in 0..4 {
+        mx = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * i))), mx);
     }
     let m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps::<1>(mx));
     let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     let m1 = _mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2));
-    let (d, id) = kgen::layout::act::block_scale(_mm_cvtss_f32(m1));
+    _mm_cvtss_f32(m1)
+}
+
+/// `kgen::layout::act::quantize_levels` in AVX2, with the same result bit
+/// for bit: `round` (half away from zero) is `trunc(y + copysign(0.5 -
+/// 2^-25, y))`, exact for |y| < 2^23, clamped to +-127 before the
+/// truncation so that an infinite `y` saturates as the scalar cast does;
+/// NaN levels become 0.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn avx2_levels(buf: &[f32; 32], id: f32) -> ([i8; 32], i32) {
+    use core::arch::x86_64::*;
+    let p = buf.as_ptr();
+    let sign = _mm256_set1_ps(-0.0);
     let vid = _mm256_set1_ps(id);
     let half = _mm256_set1_ps(0.499_999_97);
     let (hi, lo) = (_mm256_set1_ps(127.0), _mm256_set1_ps(-127.0));
     let mut q = [_mm256_setzero_si256(); 4];
-    for (q, x) in q.iter_mut().zip(v) {
-        let y = _mm256_mul_ps(x, vid);
+    for (i, q) in q.iter_mut().enumerate() {
+        let y = _mm256_mul_ps(_mm256_loadu_ps(p.add(8 * i)), vid);
         let y = _mm256_and_ps(y, _mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
         let r = _mm256_add_ps(y, _mm256_or_ps(_mm256_and_ps(y, sign), half));
         *q = _mm256_cvttps_epi32(_mm256_max_ps(_mm256_min_ps(r, hi), lo));
@@ -134,7 +148,7 @@ unsafe fn avx2_block(buf: &[f32; 32]) -> (f32, [i8; 32], i32) {
     let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     let mut out = [0i8; 32];
     _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, b);
-    (d, out, _mm_cvtsi128_si32(s1))
+    (out, _mm_cvtsi128_si32(s1))
 }
 
 /// Every quantizer, the widest first; the last one runs anywhere.
@@ -219,7 +233,7 @@ mod tests {
                     }
                 }
                 for row_pairs in [false, true] {
-                    for format in [GgmlType::Q4_0, GgmlType::Q8_0] {
+                    for format in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K] {
                         let fmt = ActFormat {
                             row_pairs,
                             scale: 0.0625,

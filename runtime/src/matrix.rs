@@ -440,7 +440,9 @@ impl Matrix {
     /// An input fits every matrix with the same K whose kernels read
     /// activations the same way ([`Matrix::accepts`]): the int8 matrices of
     /// one format and ISA (Q4_0 and Q4_K differ: Q4_0's kernels remove an
-    /// offset of 8 through the block sums, Q4_K's add mins through them)
+    /// offset of 8 through the block sums, Q4_K's add mins through them;
+    /// Q4_1 and Q4_K differ too: the K-quants take one activation scale per
+    /// 256 values)
     /// and the same act-order permutation (GPTQ on the int8 family: the
     /// rows are gathered before they are quantized).
     pub fn quantize_input(&self, x: &[f32], m: usize) -> Result<Input, Error> {

@@ -61,6 +61,7 @@ const fn row(
             sub_scale: leading_f16_scale,
             mins: false,
             scales_per_block: 1,
+            act_group: 1,
         }),
     }
 }

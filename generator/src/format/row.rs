@@ -65,6 +65,13 @@ pub struct Int8Repack {
     /// The activations then carry a sum per 16 values too (for Q2_K's
     /// mins, and for the offset signed levels take on the u8-dot ISAs).
     pub scales_per_block: usize,
+    /// 32-value blocks that share one activation scale: 8 for the K-quants,
+    /// whose activations llama.cpp quantizes as Q8_K (one scale per 256
+    /// values), so a kernel folds a super-block's integer dots times the
+    /// weight scales first and applies the activation scale once (one
+    /// multiply per block and output vector fewer, on the pipes the dots
+    /// use); 1 (Q8_0's scale per 32) elsewhere.
+    pub act_group: usize,
 }
 
 impl Int8Repack {

@@ -39,6 +39,14 @@ pub struct ActFormat {
     /// Sums per block in `c`: 1, or 2 (of values 0..16 and 16..32) for
     /// weights with a scale per 16 values (Q2_K, Q3_K, Q6_K).
     pub sums: usize,
+    /// Blocks that share one scale (the format table's
+    /// [`Int8Repack::act_group`]: 8 for the K-quants, Q8_K's scale per 256
+    /// values; 1 for Q8_0's per 32). Every block still stores its scale in
+    /// `d`, so a kernel that reads one per block gets the same result; the
+    /// groups start at block 0 of each row, the last one may be shorter.
+    ///
+    /// [`Int8Repack::act_group`]: crate::format::row::Int8Repack::act_group
+    pub group: usize,
 }
 
 impl ActFormat {
@@ -49,6 +57,7 @@ impl ActFormat {
             row_pairs: false,
             scale: 1.0,
             sums: format.format().int8.map_or(1, |r| r.sums_per_block()),
+            group: format.format().int8.map_or(1, |r| r.act_group),
         }
     }
 
@@ -115,13 +124,15 @@ pub fn quantize_into(
     fmt: ActFormat,
     out: &mut QuantizedActivations,
 ) {
-    quantize_with(x, m, k, k_pad, fmt, out, quantize_block)
+    quantize_with(x, m, k, k_pad, fmt, out, block_amax, quantize_levels)
 }
 
 /// The layout half of [`quantize_into`], with the arithmetic of one block
-/// passed in: a runtime compiles it again around a vector `block` for its
-/// ISA (`#[inline(always)]`, so it inlines into that `#[target_feature]`
-/// function). `block` must give exactly [`quantize_block`]'s result.
+/// passed in: a runtime compiles it again around a vector `amax` and
+/// `levels` for its ISA (`#[inline(always)]`, so they inline into that
+/// `#[target_feature]` function). They must give exactly [`block_amax`]'s
+/// and [`quantize_levels`]'s results.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub fn quantize_with(
     x: &[f32],
@@ -130,11 +141,11 @@ pub fn quantize_with(
     k_pad: usize,
     fmt: ActFormat,
     out: &mut QuantizedActivations,
-    block: impl Fn(&[f32; QK]) -> (f32, [i8; QK], i32),
+    amax: impl Fn(&[f32; QK]) -> f32,
+    levels: impl Fn(&[f32; QK], f32) -> ([i8; QK], i32),
 ) {
     assert!(x.len() >= m * k && k <= k_pad && k_pad.is_multiple_of(QK));
     let blocks = k_pad / QK;
-    let bias = fmt.bias();
     let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
     out.q.clear();
@@ -144,45 +155,91 @@ pub fn quantize_with(
     let sums = fmt.sums;
     out.c.clear();
     out.c.resize(m * blocks * sums, 0);
+    let group = fmt.group.max(1);
+    assert!(
+        group <= MAX_GROUP,
+        "activation scale groups of {group} blocks"
+    );
+    let mut bufs = [[0f32; QK]; MAX_GROUP];
     for r in 0..m {
         let row = &x[r * k..(r + 1) * k];
         let (pair, odd) = (r / 2, r % 2);
-        for b in 0..blocks {
-            let lo = b * QK;
-            let mut buf = [0f32; QK];
-            if lo + QK <= k {
-                buf.copy_from_slice(&row[lo..lo + QK]);
-            } else if lo < k {
-                buf[..k - lo].copy_from_slice(&row[lo..]);
+        for g0 in (0..blocks).step_by(group) {
+            let bufs = &mut bufs[..group.min(blocks - g0)];
+            for (i, buf) in bufs.iter_mut().enumerate() {
+                let lo = (g0 + i) * QK;
+                buf.fill(0.0);
+                if lo + QK <= k {
+                    buf.copy_from_slice(&row[lo..lo + QK]);
+                } else if lo < k {
+                    buf[..k - lo].copy_from_slice(&row[lo..]);
+                }
             }
-            let (d, q, sum) = if all_finite(&buf) {
-                block(&buf)
+            // One scale for the group: from the largest magnitude of its
+            // blocks, or what a non-finite value makes it.
+            let finite = bufs.iter().all(all_finite);
+            let scale = if finite {
+                block_scale(bufs.iter().fold(0f32, |a, b| a.max(amax(b))))
             } else {
-                non_finite_block(&buf)
+                non_finite_scale(bufs)
             };
-            if fmt.row_pairs {
-                // Per 8 values: 8 bytes of the even row, then 8 of the odd one.
-                let base = pair * 2 * k_pad + b * 2 * QK + odd * 8;
-                for (c, chunk) in q.chunks_exact(8).enumerate() {
-                    out.q[base + c * 16..base + c * 16 + 8].copy_from_slice(chunk);
-                }
-                let at = (pair * blocks + b) * 4 + 2 * odd;
-                out.d[at..at + 2].fill(d * fmt.scale);
-            } else {
-                out.q[r * k_pad + lo..r * k_pad + lo + QK].copy_from_slice(&q);
-                out.d[r * blocks + b] = d * fmt.scale;
+            for (i, buf) in bufs.iter().enumerate() {
+                let b = g0 + i;
+                let lo = b * QK;
+                let (d, q, sum) = if finite {
+                    let (q, sum) = levels(buf, scale.1);
+                    (scale.0, q, sum)
+                } else {
+                    non_finite_levels(buf, scale.0)
+                };
+                store_block(
+                    out,
+                    &fmt,
+                    (r, pair, odd),
+                    (b, blocks, lo),
+                    k_pad,
+                    (d, &q, sum),
+                );
             }
-            if sums == 1 {
-                out.c[r * blocks + b] = bias * sum;
-            } else {
-                let at = (r * blocks + b) * sums;
-                for (c, part) in out.c[at..at + sums]
-                    .iter_mut()
-                    .zip(q.chunks_exact(QK / sums))
-                {
-                    *c = bias * part.iter().map(|&v| i32::from(v)).sum::<i32>();
-                }
-            }
+        }
+    }
+}
+
+/// The most blocks that share an activation scale (Q8_K's 256 values).
+pub const MAX_GROUP: usize = 8;
+
+/// One quantized block `b` of row `r` into `out`, in the order `fmt` says.
+#[inline(always)]
+fn store_block(
+    out: &mut QuantizedActivations,
+    fmt: &ActFormat,
+    (r, pair, odd): (usize, usize, usize),
+    (b, blocks, lo): (usize, usize, usize),
+    k_pad: usize,
+    (d, q, sum): (f32, &[i8; QK], i32),
+) {
+    let (bias, sums) = (fmt.bias(), fmt.sums);
+    if fmt.row_pairs {
+        // Per 8 values: 8 bytes of the even row, then 8 of the odd one.
+        let base = pair * 2 * k_pad + b * 2 * QK + odd * 8;
+        for (c, chunk) in q.chunks_exact(8).enumerate() {
+            out.q[base + c * 16..base + c * 16 + 8].copy_from_slice(chunk);
+        }
+        let at = (pair * blocks + b) * 4 + 2 * odd;
+        out.d[at..at + 2].fill(d * fmt.scale);
+    } else {
+        out.q[r * k_pad + lo..r * k_pad + lo + QK].copy_from_slice(q);
+        out.d[r * blocks + b] = d * fmt.scale;
+    }
+    if sums == 1 {
+        out.c[r * blocks + b] = bias * sum;
+    } else {
+        let at = (r * blocks + b) * sums;
+        for (c, part) in out.c[at..at + sums]
+            .iter_mut()
+            .zip(q.chunks_exact(QK / sums))
+        {
+            *c = bias * part.iter().map(|&v| i32::from(v)).sum::<i32>();
         }
     }
 }
@@ -195,25 +252,60 @@ fn all_finite(buf: &[f32; QK]) -> bool {
     buf.iter().fold(0, |a, v| a | special(v)) == 0
 }
 
-/// A block holding an infinity or a NaN, which int8 levels cannot carry, so
-/// the scale does and the output comes out as f32 math would make it: a NaN
-/// (or `+inf` beside `-inf`) makes the scale NaN, so every output of the row
-/// is NaN; infinities of one sign get level +-127 and a scale of `+inf`, the
-/// block's finite values 0, so an output is `+-inf` where the weight at an
-/// infinity is non-zero and NaN where it is zero (`inf * 0`). Unlike f32
-/// math, two infinities whose products have opposite signs give `+-inf`
-/// rather than NaN when the weights differ in size.
-pub fn non_finite_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
-    let (pos, neg) = (
-        buf.contains(&f32::INFINITY),
-        buf.contains(&f32::NEG_INFINITY),
-    );
-    if buf.iter().any(|v| v.is_nan()) || (pos && neg) {
-        return (f32::NAN, [0; QK], 0);
+/// A scale group holding an infinity or a NaN, which int8 levels cannot
+/// carry, so the scale does and the output comes out as f32 math would make
+/// it: a NaN (or `+inf` beside `-inf`) makes the scale NaN, so every output
+/// of the row is NaN; infinities of one sign get a scale of `+inf` (and
+/// level +-127, [`non_finite_levels`]), the group's finite values 0, so an
+/// output is `+-inf` where the weight at an infinity is non-zero and NaN
+/// where it is zero (`inf * 0`). Unlike f32 math, two infinities whose
+/// products have opposite signs give `+-inf` rather than NaN when the
+/// weights differ in size. Returns the scale and (unused) its inverse.
+pub fn non_finite_scale(bufs: &[[f32; QK]]) -> (f32, f32) {
+    let has = |x: f32| bufs.iter().any(|b| b.contains(&x));
+    let nan = bufs.iter().any(|b| b.iter().any(|v| v.is_nan()));
+    if nan || (has(f32::INFINITY) && has(f32::NEG_INFINITY)) {
+        (f32::NAN, 0.0)
+    } else {
+        (f32::INFINITY, 0.0)
     }
-    let level = if pos { 127 } else { -127 };
-    let q = buf.map(|v| if v.is_infinite() { level } else { 0 });
-    (f32::INFINITY, q, q.iter().map(|&v| i32::from(v)).sum())
+}
+
+/// One block's levels under a non-finite group scale `d`: 0 under a NaN;
+/// under `+inf`, +-127 at the infinities and 0 elsewhere.
+pub fn non_finite_levels(buf: &[f32; QK], d: f32) -> (f32, [i8; QK], i32) {
+    if d.is_nan() {
+        return (d, [0; QK], 0);
+    }
+    let q = buf.map(|v| match v {
+        f32::INFINITY => 127,
+        f32::NEG_INFINITY => -127,
+        _ => 0,
+    });
+    (d, q, q.iter().map(|&v| i32::from(v)).sum())
+}
+
+/// A single block (a group of one) holding an infinity or a NaN: see
+/// [`non_finite_scale`].
+pub fn non_finite_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
+    non_finite_levels(buf, non_finite_scale(std::slice::from_ref(buf)).0)
+}
+
+/// The largest magnitude of a block of finite values.
+#[inline(always)]
+pub fn block_amax(buf: &[f32; QK]) -> f32 {
+    buf.iter().fold(0f32, |a, v| a.max(v.abs()))
+}
+
+/// A block's levels under the inverse scale `id`: `round(v id)` (half away
+/// from zero) clamped to +-127, and their sum.
+#[inline(always)]
+pub fn quantize_levels(buf: &[f32; QK], id: f32) -> ([i8; QK], i32) {
+    let mut q = [0i8; QK];
+    for (o, v) in q.iter_mut().zip(buf) {
+        *o = (v * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    (q, q.iter().map(|&v| v as i32).sum())
 }
 
 /// One 32-block of finite values, Q8_0 arithmetic: scale `d = amax / 127`,
@@ -221,13 +313,8 @@ pub fn non_finite_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
 /// sum ([`quantize_with`] sends blocks with an infinity or NaN to
 /// [`non_finite_block`] instead).
 pub fn quantize_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
-    let amax = buf.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let (d, id) = block_scale(amax);
-    let mut q = [0i8; QK];
-    for (o, v) in q.iter_mut().zip(buf) {
-        *o = (v * id).round().clamp(-127.0, 127.0) as i8;
-    }
-    let sum = q.iter().map(|&v| v as i32).sum();
+    let (d, id) = block_scale(block_amax(buf));
+    let (q, sum) = quantize_levels(buf, id);
     (d, q, sum)
 }
 
@@ -288,4 +375,65 @@ pub fn reference_i8<D: AsRef<[u8]>>(
         }
     }
     y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::rng::Rng;
+
+    /// K-quant activations: one scale per 256 values (the group's largest
+    /// magnitude over 127), stored for each of its blocks, the last group
+    /// shorter where the row is; levels and sums as the scale gives them.
+    /// A NaN makes its whole group's scale NaN and levels 0, an infinity
+    /// its group's scale `+inf`, and the other groups keep theirs.
+    #[test]
+    fn k_quant_groups_share_one_scale_per_256_values() {
+        let fmt = ActFormat::plain(GgmlType::Q4_K);
+        assert_eq!(fmt.group, 8);
+        assert_eq!(ActFormat::plain(GgmlType::Q4_1).group, 1);
+        let (m, k) = (2, 320);
+        let mut x = Rng::new(3).vec_f32(m * k);
+        x[5] *= 100.0;
+        let a = quantize_activations_as(&x, m, k, k, fmt);
+        let blocks = k / QK;
+        for r in 0..m {
+            for (g0, n) in [(0, 8), (8, 2)] {
+                let vals = &x[r * k + g0 * QK..r * k + (g0 + n) * QK];
+                let amax = vals.iter().fold(0f32, |a, v| a.max(v.abs()));
+                let (d, id) = block_scale(amax);
+                for b in g0..g0 + n {
+                    assert_eq!(
+                        a.d[r * blocks + b].to_bits(),
+                        d.to_bits(),
+                        "row {r} block {b}"
+                    );
+                    let buf: [f32; QK] = x[r * k + b * QK..][..QK].try_into().unwrap();
+                    let (q, sum) = quantize_levels(&buf, id);
+                    assert_eq!(&a.q[r * k + b * QK..][..QK], &q[..]);
+                    assert_eq!(a.c[r * blocks + b], sum);
+                }
+            }
+        }
+        // The scaled-up value sets row 0's first group only.
+        assert!(a.d[0] > 10.0 * a.d[8] && a.d[0] > 10.0 * a.d[blocks]);
+        let mut bad = x.clone();
+        bad[40] = f32::NAN;
+        bad[k + 300] = f32::INFINITY;
+        let a = quantize_activations_as(&bad, m, k, k, fmt);
+        for b in 0..8 {
+            assert!(a.d[b].is_nan() && a.c[b] == 0);
+            assert_eq!(
+                a.d[blocks + b].to_bits(),
+                quantize_activations_as(&x, m, k, k, fmt).d[blocks + b].to_bits()
+            );
+        }
+        assert!(a.q[..8 * QK].iter().all(|&v| v == 0));
+        assert_eq!(a.d[8], quantize_activations_as(&x, m, k, k, fmt).d[8]);
+        for b in 8..10 {
+            assert_eq!(a.d[blocks + b], f32::INFINITY);
+        }
+        assert_eq!(a.q[k + 300], 127);
+        assert_eq!(a.c[blocks + 9], 127);
+    }
 }

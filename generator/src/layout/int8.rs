@@ -698,6 +698,7 @@ mod tests {
             row_pairs: true,
             scale: 0.0625,
             sums: 1,
+            group: 1,
         };
         let pairs = quantize_activations_as(&x, 3, 70, 96, fmt);
         assert_eq!(pairs.q.len(), 4 * 96);

@@ -212,6 +212,10 @@ pub(crate) fn find_block_loop(block: &Block) -> Option<&syn::ExprForLoop> {
             Expr::ForLoop(f) if calls_ops(&f.body) => Some(f),
             Expr::Unsafe(u) => find_block_loop(&u.block),
             Expr::Block(b) => find_block_loop(&b.block),
+            // A loop over groups of blocks (the int8 K-quant kernels): the
+            // block loop inside it; the group's own open and close, once
+            // per several blocks, are left out of the per-block count.
+            Expr::While(w) => find_block_loop(&w.body),
             _ => None,
         };
         if found.is_some() {

@@ -252,8 +252,9 @@ impl Int8Matrix {
     }
 
     /// `y = x W` for `m` rows on `pool`: activations are quantized to int8 per
-    /// 32-block first (Q8_0 arithmetic), then the kernel runs over column
-    /// panels split across the pool's threads.
+    /// 32-block first (Q8_0 arithmetic; the K-quants: one scale per 256
+    /// values, Q8_K's), then the kernel runs over column panels split
+    /// across the pool's threads.
     pub(crate) fn gemm_on(
         &self,
         pool: &Pool,

@@ -140,12 +140,14 @@ impl Family for Int8 {
     }
 
     /// int8 activations, f32 outputs, weights with their f16 scale per
-    /// 32-value block (`bits + 0.5` per value), in whole blocks along K.
+    /// 32-value block (`bits + 0.5` per value), in whole blocks along K, or
+    /// whole activation scale groups (the K-quants' 256 values: a micro
+    /// kernel folds a group before it applies the group's scale).
     fn footprint(spec: &I8Spec) -> Footprint {
         Footprint {
             act_bytes: 1,
             weight_half_bits: 2 * u64::from(spec.bits()) + 1,
-            k_granule: crate::format::ggml::QK,
+            k_granule: crate::format::ggml::QK * spec.act_group(),
         }
     }
 

@@ -364,7 +364,7 @@ pub fn rank_tiles(
                 t_sub: t_u,
                 m_r,
             };
-            if registers(spec, isa, tile) > isa.registers {
+            if registers(spec, isa, tile) > isa.registers || !fits_l1(spec, isa, t, tile) {
                 continue;
             }
             let c = candidate(spec, isa, t, tile, shape);
@@ -386,6 +386,15 @@ pub fn rank_tiles(
         rank_value(spec, isa, c.tile, c.gbs)
     });
     all
+}
+
+/// Whether the smallest L1 block of `tile` (one K granule by the tile's
+/// width) fits the target's L1 (eq. 5): the K-quants' granule is a whole
+/// 256-value scale group, which rules out the widest GEMV tiles on a
+/// 32 KiB L1.
+fn fits_l1(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> bool {
+    let fp = Int8::footprint(spec);
+    fp.bits(tile.m_r, fp.k_granule, tile.t_u * isa.lanes) <= t.cache.l1d * 8
 }
 
 /// Sorts `all` fastest first by `key` (ties to bigger tiles) with `pick` first.

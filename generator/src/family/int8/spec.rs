@@ -41,6 +41,12 @@ impl Serialize for I8Spec {
 }
 
 impl I8Spec {
+    /// 32-value blocks that share an activation scale (the format table's
+    /// `act_group`: 8 for the K-quants, else 1).
+    pub fn act_group(&self) -> usize {
+        self.format.int8.map_or(1, |r| r.act_group)
+    }
+
     /// The int8 kernel for `format`, or why there is none.
     pub fn for_format(op: Op, format: &'static Format) -> Result<I8Spec, SpecError> {
         if format

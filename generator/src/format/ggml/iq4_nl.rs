@@ -33,6 +33,7 @@ pub const IQ4_NL: Format = Format {
         sub_scale: leading_f16_scale,
         mins: false,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

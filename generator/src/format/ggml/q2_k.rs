@@ -38,6 +38,7 @@ pub const Q2_K: Format = Format {
         sub_scale: sub16_scale,
         mins: true,
         scales_per_block: 2,
+        act_group: 8,
     }),
 };
 

@@ -40,6 +40,7 @@ pub const Q3_K: Format = Format {
         sub_scale: sub16_scale,
         mins: false,
         scales_per_block: 2,
+        act_group: 8,
     }),
 };
 

@@ -27,6 +27,7 @@ pub const Q4_1: Format = Format {
         sub_scale: scale_min,
         mins: true,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

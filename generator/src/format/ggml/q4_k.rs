@@ -38,6 +38,7 @@ pub const Q4_K: Format = Format {
         sub_scale,
         mins: true,
         scales_per_block: 1,
+        act_group: 8,
     }),
 };
 

@@ -29,6 +29,7 @@ pub const Q5_0: Format = Format {
         sub_scale: leading_f16_scale,
         mins: false,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

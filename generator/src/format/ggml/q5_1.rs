@@ -31,6 +31,7 @@ pub const Q5_1: Format = Format {
         sub_scale: scale_min,
         mins: true,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

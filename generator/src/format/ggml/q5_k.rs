@@ -30,6 +30,7 @@ pub const Q5_K: Format = Format {
         sub_scale,
         mins: true,
         scales_per_block: 1,
+        act_group: 8,
     }),
 };
 

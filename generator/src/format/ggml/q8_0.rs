@@ -22,6 +22,7 @@ pub const Q8_0: Format = Format {
         sub_scale: leading_f16_scale,
         mins: false,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

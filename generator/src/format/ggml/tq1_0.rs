@@ -35,6 +35,7 @@ pub const TQ1_0: Format = Format {
         sub_scale: scale,
         mins: false,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

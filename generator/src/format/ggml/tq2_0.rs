@@ -30,6 +30,7 @@ pub const TQ2_0: Format = Format {
         sub_scale: scale,
         mins: false,
         scales_per_block: 1,
+        act_group: 1,
     }),
 };
 

@@ -4,7 +4,7 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, micro_fn, min_factors, min_term, nibble_split,
+    index_level, micro_fn, min_factors, min_term, nibble_split, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -264,6 +264,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
     // With mins, `+ m * d_x * sum(q_x)` (the tile's mins follow its scales).
+    // Formats whose activations share a scale per group of blocks (the
+    // K-quants) fold into per-group sums `g` without it.
+    let grouped = p.spec.act_group() > 1;
     let fold_of = |h: usize| {
         let mut fold = TokenStream::new();
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
@@ -282,7 +285,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let (dx, c) = (format_ident!("dx_{}", r), format_ident!("c_{}", r));
             let (sx, sb) = (format_ident!("sx_{}", r), format_ident!("sb_{}", r));
             let row = lit(r);
-            fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
+            if !grouped {
+                fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
+            }
             if isa.removes_offset(&p.spec) || mins {
                 // The sum of this part of the block: per half with per-16 scales.
                 let at = match p.spec.sums_per_block() {
@@ -295,7 +300,8 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 fold.extend(quote! { let #c = ops::splati(xc.add(#at)); });
             }
             if mins {
-                fold.extend(min_factors(signed, &dx, &quote! { #c }, &sx, &sb));
+                let dx = (!grouped).then_some(&dx);
+                fold.extend(min_factors(signed, dx, &quote! { #c }, &sx, &sb));
             }
             for t in 0..t_sub {
                 let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
@@ -317,12 +323,22 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     (1 | 2 | 4, _) => quote! { ops::block_sum(#i) },
                     _ => quote! { #i },
                 };
-                fold.extend(quote! {
-                    #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
-                });
-                if mins {
-                    let mn = format_ident!("mn_{}", t);
-                    fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                if grouped {
+                    // The group's activation scale comes in at its close.
+                    let g = gv(r, t);
+                    fold.extend(quote! { #g = ops::fmaf(ops::cvti(#sum), #s, #g); });
+                    if mins {
+                        let mn = format_ident!("mn_{}", t);
+                        fold.extend(min_term(signed, &g, &mn, &s, &sx, &sb));
+                    }
+                } else {
+                    fold.extend(quote! {
+                        #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
+                    });
+                    if mins {
+                        let mn = format_ident!("mn_{}", t);
+                        fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
+                    }
                 }
             }
         }
@@ -334,7 +350,48 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         let fold = fold_of(h);
         body.extend(quote! { #zero #part #fold });
     }
-    micro_fn(p, isa, rows, init, body, store, (32, 1))
+    if !grouped {
+        return micro_fn(p, isa, rows, init, body, store, (32, 1), None);
+    }
+    // Per activation scale group: its scales and zeroed sums, and at its
+    // end `y += g dx` (y stays in memory: a load and a store per group and
+    // output vector, and no f32 accumulators beside the sums).
+    // The scales are read at the close, through the group's first block
+    // (`xg`), so no vector register holds them through the group.
+    let (mut open, mut close) = (quote! { let xg = xd; }, TokenStream::new());
+    for r in 0..rows {
+        let (dx, row) = (format_ident!("dx_{}", r), lit(r));
+        close.extend(quote! { let #dx = ops::splatf(xg.add(#row * ldb)); });
+        for t in 0..t_sub {
+            let (g, off) = (gv(r, t), lit(t * l));
+            open.extend(quote! { let mut #g = ops::zero_f(); });
+            close.extend(quote! {
+                ops::storef(
+                    y.add(#row * ldy + #off),
+                    ops::fmaf(#g, #dx, ops::loadf(y.add(#row * ldy + #off))),
+                );
+            });
+        }
+    }
+    let group = GroupFold {
+        blocks: p.spec.act_group(),
+        open,
+        close,
+    };
+    micro_fn(
+        p,
+        isa,
+        rows,
+        TokenStream::new(),
+        body,
+        TokenStream::new(),
+        (32, 1),
+        Some(group),
+    )
+}
+
+fn gv(r: usize, t: usize) -> proc_macro2::Ident {
+    format_ident!("g_{}_{}", r, t)
 }
 
 /// The block of a 5-bit kernel: each column group's plane of fifth bits

@@ -45,9 +45,25 @@ pub(crate) fn plane_pointer(p: &MicroSpec, isa: &I8Isa) -> bool {
     p.spec.bits() == 5 && isa.group_bytes == 8
 }
 
+/// A micro kernel that folds each activation scale group (the K-quants'
+/// 256 values) before it scales it: per group, `open` (the group's
+/// activation scales, zeroed f32 sums), the group's blocks, then `close`
+/// (the sums times the scales, added to `y`). Each block's fold is then one
+/// FMA per output vector where a per-block activation scale takes a
+/// multiply and an FMA, both on the pipes the dots use.
+pub(crate) struct GroupFold {
+    pub blocks: usize,
+    pub open: TokenStream,
+    pub close: TokenStream,
+}
+
 /// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value
 /// blocks, `body` per block, then the pointer steps (`x_step` activation
-/// bytes and `d_step` scales per block), `store` after it.
+/// bytes and `d_step` scales per block), `store` after it; with `group`,
+/// the blocks run in groups of `group.blocks` (the last one may be shorter;
+/// the driver starts every call at a group boundary: the planner's `m_b`
+/// is a multiple of the group, see the int8 footprint's `k_granule`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn micro_fn(
     p: &MicroSpec,
     isa: &I8Isa,
@@ -56,6 +72,7 @@ pub(crate) fn micro_fn(
     body: TokenStream,
     store: TokenStream,
     (x_step, d_step): (usize, usize),
+    group: Option<GroupFold>,
 ) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
     // A block of the tile: 4 bits bytes per column.
@@ -76,6 +93,39 @@ pub(crate) fn micro_fn(
     } else {
         (TokenStream::new(), TokenStream::new())
     };
+    let block_loop = |run: TokenStream| {
+        quote! {
+            for _ in 0..#run {
+                #body
+                w = w.add(#wstep);
+                #wh_step
+                sc = sc.add(#sstep);
+                xq = xq.add(#x_step);
+                xd = xd.add(#d_step);
+                xc = xc.add(#c_step);
+            }
+        }
+    };
+    let blocks_loop = match group {
+        None => block_loop(quote! { blocks }),
+        Some(GroupFold {
+            blocks: g,
+            open,
+            close,
+        }) => {
+            let (g, block_loop) = (lit(g), block_loop(quote! { run }));
+            quote! {
+                let mut left = blocks;
+                while left > 0 {
+                    let run = left.min(#g);
+                    #open
+                    #block_loop
+                    #close
+                    left -= run;
+                }
+            }
+        }
+    };
     let doc = format!(
         " Micro kernel: {rows} row(s) x {} columns, one 32-value block per iteration.",
         p.tile.t_sub * p.lanes
@@ -89,15 +139,7 @@ pub(crate) fn micro_fn(
         ) {
             unsafe {
                 #init
-                for _ in 0..blocks {
-                    #body
-                    w = w.add(#wstep);
-                    #wh_step
-                    sc = sc.add(#sstep);
-                    xq = xq.add(#x_step);
-                    xd = xd.add(#d_step);
-                    xc = xc.add(#c_step);
-                }
+                #blocks_loop
                 #store
             }
         }
@@ -116,20 +158,28 @@ pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
 /// `d_x * sum(q_x)` (scaled back up where the activation scales carry the
 /// signed nibbles' 1/16), and on signed-nibble layouts `sb = 8 sx`, which
 /// times the block scale restores the `8 d` that reading `q - 8` took off.
+///
+/// With `dx` `None` (a kernel that applies the activation scale once per
+/// scale group, [`GroupFold`]) `sx` is the sum alone, times 16 on
+/// signed-nibble layouts.
 pub(crate) fn min_factors(
     signed: bool,
-    dx: &proc_macro2::Ident,
+    dx: Option<&proc_macro2::Ident>,
     c: &TokenStream,
     sx: &proc_macro2::Ident,
     sb: &proc_macro2::Ident,
 ) -> TokenStream {
-    if signed {
-        quote! {
+    match (signed, dx) {
+        (true, Some(dx)) => quote! {
             let #sx = ops::mulf(ops::cvti(#c), ops::mulf(#dx, ops::splatf(&16.0f32)));
             let #sb = ops::mulf(#sx, ops::splatf(&8.0f32));
-        }
-    } else {
-        quote! { let #sx = ops::mulf(ops::cvti(#c), #dx); }
+        },
+        (true, None) => quote! {
+            let #sx = ops::mulf(ops::cvti(#c), ops::splatf(&16.0f32));
+            let #sb = ops::mulf(#sx, ops::splatf(&8.0f32));
+        },
+        (false, Some(dx)) => quote! { let #sx = ops::mulf(ops::cvti(#c), #dx); },
+        (false, None) => quote! { let #sx = ops::cvti(#c); },
     }
 }
 

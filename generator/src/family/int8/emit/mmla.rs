@@ -271,7 +271,7 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         if mins {
             body.extend(min_factors(
                 signed,
-                &format_ident!("dx"),
+                Some(&format_ident!("dx")),
                 &if p.spec.sums_per_block() == 1 {
                     quote! { ops::splat_pair(xc, xc) }
                 } else {
@@ -303,7 +303,7 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             }
         }
     }
-    micro_fn(p, isa, 1, init, body, store, (32, 1))
+    micro_fn(p, isa, 1, init, body, store, (32, 1), None)
 }
 
 /// `rows` activation rows (in pairs) against `t_sub` column pairs with `smmla`.
@@ -405,7 +405,7 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
                         quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4) * #n + #h), xc.add(#r1 * (ldb / 4) * #n + #h)) }
                     }
                 };
-                body.extend(min_factors(signed, &dx, &c, &sx, &sb));
+                body.extend(min_factors(signed, Some(&dx), &c, &sx, &sb));
             }
             for t in 0..t_sub {
                 let (f, i, s) = (fv(q, t), iv(q, t), format_ident!("s_{}", t));
@@ -421,5 +421,5 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
             }
         }
     }
-    micro_fn(p, isa, rows, init, body, store, (64, 4))
+    micro_fn(p, isa, rows, init, body, store, (64, 4), None)
 }
