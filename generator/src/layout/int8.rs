@@ -355,6 +355,14 @@ impl I8Layout {
             && fmt.scale_offsets == [0];
         let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
+        // Signed nibbles are `level - 8` (the flip): exact for Q4_0's offset
+        // of 8, corrected through the mins for formats with mins (offset 0).
+        // Another offset (Q3_K's 4) is shifted to 8 first, so the nibble is
+        // `level - offset`, the value itself.
+        let shift = match fmt.offset() {
+            o @ 1..=7 if self.signed => (8 - o) as u8,
+            _ => 0,
+        };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
         let mut zero = [0u32; QK / 4];
@@ -416,10 +424,14 @@ impl I8Layout {
                                                 tile_sc[col + (spb + h) * tw] = m;
                                             }
                                         }
+                                        let mut levels = (repack.block_levels)(block, sub);
+                                        if shift != 0 {
+                                            levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
+                                        }
                                         level_chunks(
                                             self.bits,
                                             self.group_bytes,
-                                            &(repack.block_levels)(block, sub),
+                                            &levels,
                                             &mut col_words,
                                         );
                                     }
@@ -645,6 +657,9 @@ mod tests {
         let x = Rng::new(14).vec_f32(m * k);
         let fmt = ActFormat::plain(GgmlType::Q2_K);
         assert_eq!((fmt.sums, fmt.bias), (2, 1));
+        // Q3_K's take its offset of 4 per half, as Q4_0's 8 per block.
+        let q3 = ActFormat::plain(GgmlType::Q3_K);
+        assert_eq!((q3.sums, q3.bias, q3.group), (2, 4, 8));
         let a = quantize_activations_as(&x, m, k, k_pad, fmt);
         let one = quantize_activations_as(&x, m, k, k_pad, ActFormat { sums: 1, ..fmt });
         assert_eq!((&a.q, &a.d), (&one.q, &one.d));
@@ -670,7 +685,6 @@ mod tests {
             (GgmlType::Q8_0, 1),
             (GgmlType::IQ4_NL, 1),
             (GgmlType::Q6_K, 2),
-            (GgmlType::Q3_K, 2),
         ] {
             let fmt = ActFormat::plain(t);
             assert_eq!((fmt.sums, fmt.bias), (sums, 128), "{t}");
@@ -745,6 +759,46 @@ mod tests {
                     // Signed nibble: two's complement of level - 8.
                     let level = ((nib ^ 8) as i32) - 8;
                     assert_eq!(level, lv as i32 - 8, "col {j} block {b} value {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn q3_k_signed_nibbles_are_the_values() {
+        // Q3_K's levels (0..8, offset 4) as signed nibbles hold `level - 4`,
+        // the value, where Q4_0's hold `level - 8`; unsigned they stay as
+        // stored. Same documented rule as the test above (G = 8).
+        let (k, n) = (256, 8);
+        let w = GgmlMatrix::quantize(&Rng::new(21).vec_f32(k * n), k, n, GgmlType::Q3_K);
+        for signed in [true, false] {
+            let l = I8Layout::new(GgmlType::Q3_K, 2, 4, 256, 8, k, n).grouped(8, signed);
+            assert_eq!((l.bits, l.signed), (4, signed));
+            let p = l.repack(&w);
+            let bytes = p.w.as_bytes();
+            for j in 0..n {
+                for b in 0..8 {
+                    let want = block_levels(w.dtype, w.block(j, b / 8), b % 8);
+                    let (t, lane) = (j / 2, j % 2);
+                    for (i, &lv) in want.iter().enumerate() {
+                        let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
+                        let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
+                        let nib = if half == 0 {
+                            bytes[at] & 15
+                        } else {
+                            bytes[at] >> 4
+                        };
+                        let got = if signed {
+                            ((nib ^ 8) as i32) - 8
+                        } else {
+                            nib as i32 - 4
+                        };
+                        assert_eq!(
+                            got,
+                            lv as i32 - 4,
+                            "signed {signed} col {j} block {b} value {i}"
+                        );
+                    }
                 }
             }
         }

@@ -9,11 +9,13 @@
 //! in nibble `j / 8` of byte `j % 8` and its top 2 bits at bits
 //! `2 (j / 4)` of byte `8 + j % 4`.
 //!
-//! The int8 family runs it as Q6_K: levels stored signed (`q - 4`) on the
-//! 8-bit layout, two scales per 32 values (`d * (sc - 32)` of each 16,
-//! rounded to f16), each half of a block folded on its own. (8 bits per
-//! level for a 3.4-bit format: a layout of its own would stream 2.3x fewer
-//! bytes.)
+//! The int8 family runs it on the 4-bit nibble layout, as Q4_0 with an
+//! offset of 4: unsigned levels 0..8 (`q - 4` as signed nibbles on the
+//! ISAs that read those), two scales per 32 values (`d * (sc - 32)` of each
+//! 16, rounded to f16), each half of a block folded on its own and its
+//! offset removed through its own activation sum. 5 bits per weight
+//! repacked against the file's 3.44 (the 8-bit layout it used before took
+//! 9).
 
 use crate::format::ggml::kquant::{
     crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max, QK_K,
@@ -30,13 +32,12 @@ pub const Q3_K: Format = Format {
     block_bytes: D + 2,
     bits: 3,
     scale_offsets: &[D],
-    // As the int8 family stores them: `q - 4` as i8.
-    levels: Levels::Signed,
+    levels: Levels::Offset(4),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 8,
-        block_levels: signed_levels,
+        layout_bits: 4,
+        block_levels: sub_levels,
         sub_scale: sub16_scale,
         mins: false,
         scales_per_block: 2,
@@ -44,13 +45,13 @@ pub const Q3_K: Format = Format {
     }),
 };
 
-/// The levels of 32-value sub-block `s` as `q - 4`, `i8` bit patterns.
-fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
+/// The stored levels (0..8) of 32-value sub-block `s`.
+fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
     std::array::from_fn(|i| {
         let f = QK * s + i;
         let low = crumb(&blk[QS..], f);
         let third = (blk[f % 32] >> (f / 32)) & 1;
-        ((low | (third << 2)) as i8 - 4) as u8
+        low | (third << 2)
     })
 }
 
@@ -168,8 +169,8 @@ mod tests {
         assert_eq!(GgmlType::from_id(11), Some(GgmlType::Q3_K));
         assert_eq!(GgmlType::Q3_K.block_bytes(), 110);
         assert_eq!(Q3_K.scale_offsets, [108]);
-        // The int8 family stores q - 4 as i8.
-        assert_eq!(Q3_K.level_value(-4i8 as u8), -4);
+        // The int8 family stores q (0..8), the value q - 4.
+        assert_eq!((Q3_K.level_value(0), Q3_K.level_value(7)), (-4, 3));
         let lv: [u8; QK_K] = std::array::from_fn(|f| (f * 5 % 8) as u8);
         let sc: [u8; 16] = std::array::from_fn(|j| (j * 23 % 64) as u8);
         let mut b = vec![0u8; 110];
@@ -197,10 +198,11 @@ mod tests {
             let want = (-0.75 * (sc[f / 16] as i32 - 32) as f32) * (lv[f] as i32 - 4) as f32;
             assert_eq!(w[f].to_bits(), want.to_bits(), "value {f}");
         }
-        // The int8 row: each 32 values' signed levels and each 16's scale
-        // give the dequantized weights bit for bit.
+        // The int8 row: each 32 values' levels (offset 4) and each 16's
+        // scale give the dequantized weights bit for bit.
         for s in 0..8 {
-            let sl = signed_levels(&b, s);
+            let sl = sub_levels(&b, s);
+            assert!(sl.iter().all(|&q| q < 8));
             for i in 0..QK {
                 let (d, m) = sub16_scale(&b, 2 * s + i / 16);
                 assert_eq!(m, 0.0);
