@@ -84,8 +84,8 @@ impl Int8Repack {
     /// Activation level sums per 32-value block the kernels read: one per
     /// scale, so a kernel that folds each half of a block on its own (a
     /// scale per 16 values) removes each half's own offset or adds its own
-    /// min: Q2_K's per-16 mins, and Q6_K's and Q3_K's signed levels, which
-    /// the u8-dot ISAs read as `level + 128`.
+    /// min: Q2_K's per-16 mins, Q3_K's offset of 4, and Q6_K's signed
+    /// levels, which the u8-dot ISAs read as `level + 128`.
     pub fn sums_per_block(&self) -> usize {
         self.scales_per_block
     }
