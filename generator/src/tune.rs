@@ -201,7 +201,8 @@ pub fn candidates_i8(
             }
             if let Ok(pick) = i8model::plan(spec, isa, target, shape) {
                 let (m_b, t_b, tw) = (pick.block.m_b, pick.block.t_b, pick.lanes * pick.tile.t_u);
-                let qk = crate::format::ggml::QK;
+                // Whole K granules (a 256-value scale group for the K-quants).
+                let qk = crate::family::int8::Int8::footprint(spec).k_granule;
                 let round = crate::layout::align::round_up;
                 let variants = [
                     (round((m_b / 2).max(1), qk), t_b),

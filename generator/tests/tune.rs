@@ -73,6 +73,35 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
 /// The int8 family: a GEMV tune, then a GEMM tune on the GEMV's (tuned)
 /// layout, both in one profile beside each other; generation takes both
 /// tiles from it and says so in the header.
+/// A K-quant: its matrices' K is whole 256-value blocks and its L1 blocks
+/// whole scale groups, in the reference check, the timed shapes and the
+/// block variants alike (the harness once checked K = m_b + 96 and
+/// panicked quantizing Q2_K).
+#[test]
+fn tiny_int8_tune_of_a_k_quant_uses_whole_blocks() {
+    use kgen::family::int8::spec::I8Spec;
+    let dir = tempfile::tempdir().unwrap();
+    let target = kgen::target::load("native").unwrap();
+    let req = TuneRequest {
+        spec: I8Spec::from_tag(Op::Gemv, "q2_k").unwrap(),
+        shapes: vec![(300, 200)],
+        threads: 1,
+        budget: Duration::from_secs(900),
+        force: false,
+        profile_dir: dir.path().to_path_buf(),
+        max_tiles: 2,
+        progress: false,
+    };
+    let e = kgen::tune::tune_i8(&target, &req).unwrap().entry;
+    assert!(e.failed.is_empty(), "{:?}", e.failed);
+    assert!(e.measured.len() >= 2, "{:?}", e.measured);
+    assert!(
+        e.measured.iter().all(|m| m.m_b % 256 == 0),
+        "{:?}",
+        e.measured
+    );
+}
+
 #[test]
 fn tiny_int8_tune_keys_by_format_and_feeds_generation() {
     use kgen::family::int8::spec::I8Spec;

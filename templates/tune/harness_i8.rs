@@ -64,6 +64,12 @@ pub struct Cand {
 // The harness's only calls into kgen's layout API: adapt these three when it
 // changes (kgen's tune tests build this file).
 
+/// Values per block of `c`'s format (256 for the K-quants and TQ): a
+/// matrix's K is a multiple of it.
+fn k_block(c: &Cand) -> usize {
+    kgen::format::by_tag(c.format).expect("a format of the table").block
+}
+
 /// The packed layout candidate `c` reads, for a `k x n` matrix.
 fn layout(c: &Cand, k: usize, n: usize) -> I8Layout {
     let format = kgen::format::by_tag(c.format).expect("a format of the table");
@@ -154,7 +160,8 @@ fn pack(c: &Cand, w: &GgmlMatrix, x: &[f32], m: usize) -> Mat {
 
 /// Max error of the kernel against the oracle, relative to the largest output.
 fn check(c: &Cand, m: usize, seed: u64) -> Result<f64, String> {
-    let (k, n) = (c.m_b + 96, c.t_b + c.lanes * c.t_u + 5);
+    // A ragged last K block (whole format blocks) and a ragged panel.
+    let (k, n) = ((c.m_b + 96).next_multiple_of(k_block(c)), c.t_b + c.lanes * c.t_u + 5);
     let probe = layout(c, k, n);
     let w = weights(&probe, k, n, seed);
     let x = Rng::new(3).vec_f32(m * k);
@@ -214,7 +221,7 @@ fn main() {
         Some(&i) => shapes
             .iter()
             .map(|&(k, n)| {
-                let k = k.div_ceil(32) * 32;
+                let k = k.next_multiple_of(k_block(&cands[i]));
                 (weights(&layout(&cands[i], k, n), k, n, 5), Rng::new(7).vec_f32(m * k))
             })
             .collect(),
