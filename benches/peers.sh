@@ -25,7 +25,8 @@
 #   kgen      benches/src/bin/kgen_peer.rs, an ordinary release build (no
 #             target-cpu=native: RUSTFLAGS is cleared for it), kgen_runtime's
 #             Matrix on a Pool of T threads; the kernel is the one dispatch
-#             picks at run time.
+#             picks at run time. It first measures one core's int8 dot peak
+#             (PEAK), which the table sets each GEMM against.
 #   llama.cpp benches/llamacpp/bench_mul_mat.cpp on ggml's CPU backend
 #             (GGML_NATIVE build, see benches/llamacpp/README.md), modes
 #             plain and repack; the table takes the faster one per case.
@@ -142,7 +143,7 @@ if [ "$BUSY" = 1 ]; then
     SPIN_PID=$!
     sleep 0.3
     echo "== busy core: spinner pid $SPIN_PID" >&2
-    run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /' \
+    run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /; s/^PEAK /PEAK_BUSY /' \
         "$KGEN" --formats "$FORMATS" --threads 1,2 "${CASES[@]}"
     run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
         "$LCP" --type "$FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"

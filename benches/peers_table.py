@@ -5,10 +5,12 @@
 
 Reads `TAG key=value ...` lines: KGEN, CANDLE and LLAMACPP (one per case),
 KGEN_BUSY and LLAMACPP_BUSY (the same beside a spinner process), KGEN_DRAM
-(the DRAM-resident GEMV) and MACHINE. Prints one row per case with kgen's
-GFLOPS (and GB/s of weights for a GEMV), llama.cpp's faster mode, candle, and
-the ratios kgen/peer (above 1: kgen is faster); then 2-thread / 1-thread
-beside the spinner, then the DRAM case against the read bandwidth.
+(the DRAM-resident GEMV), MACHINE and PEAK (one core's measured int8 dot
+peak). Prints one row per case with kgen's GFLOPS (and GB/s of weights for a
+GEMV; for a GEMM its share of the peak times the threads), llama.cpp's
+faster mode, candle, and the ratios kgen/peer (above 1: kgen is faster);
+then 2-thread / 1-thread beside the spinner, then the DRAM case against the
+read bandwidth.
 """
 
 import shlex
@@ -75,10 +77,14 @@ def main(path):
         if r["tag"] == "MACHINE":
             print(f"machine: {r.get('cpu', '?')}, {r.get('cpus', '?')} CPUs, "
                   f"load average {r.get('load1', '?')} at the start")
+    peak = next((r for r in rows if r["tag"] == "PEAK"), None)
+    peak_gops = num(peak, "gops")
+    if peak_gops is not None:
+        print(f"int8 dot peak: {peak['isa']}, {peak_gops:.1f} GOPS per core (measured by kgen_peer)")
     kgen = OrderedDict((key(r), r) for r in rows if r["tag"] == "KGEN")
     candle = {key(r): r for r in rows if r["tag"] == "CANDLE"}
 
-    header = ["format", "op", "shape", "m", "thr", "kgen GFLOPS", "kgen GB/s",
+    header = ["format", "op", "shape", "m", "thr", "kgen GFLOPS", "kgen GB/s or % peak",
               "llama.cpp GFLOPS", "candle GFLOPS", "candle Q4K",
               "kgen/llama", "kgen/candle", "kgen/Q4K", "kgen kernel", "llama.cpp kernel"]
     out = []
@@ -93,7 +99,9 @@ def main(path):
             q4k = num(candle.get(("q4k", shape, m, t)), "gflops")
         out.append([
             fmt_, "gemv" if m == 1 else "gemm", shape, m, t,
-            fmt(kg), fmt(num(r, "gbs")) if m == 1 else "",
+            fmt(kg),
+            fmt(num(r, "gbs")) if m == 1 else
+            fmt(ratio(kg, peak_gops * t if peak_gops else None), "{:.0%}"),
             f"{fmt(lg)} ({ll['mode']})" if ll else "n/a",
             fmt(cg), fmt(q4k) if fmt_ in ("q4_0", "iq4_nl") else "",
             fmt(ratio(kg, lg), "{:.2f}"), fmt(ratio(kg, cg), "{:.2f}"),

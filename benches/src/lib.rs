@@ -1,6 +1,8 @@
 //! Shared helpers for the benches: paired timing and machine read bandwidth;
-//! [`peer`] for the peer bench programs (`benches/peers.sh`).
+//! [`peer`] for the peer bench programs (`benches/peers.sh`); [`peak`], the
+//! measured int8 dot-product peak a GEMM is set against.
 
+pub mod peak;
 pub mod peer;
 
 use std::time::Instant;

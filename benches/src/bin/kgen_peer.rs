@@ -9,6 +9,9 @@
 //!     --formats q4_0,q8_0 --shapes 4096x4096 --m 1,32 --threads 1,2 [--dram]
 //! ```
 //!
+//! A first `PEAK` line gives one core's int8 dot-product peak, measured
+//! ([`kgen_benches::peak`]).
+//!
 //! `--dram` adds, per format and thread count, a GEMV over enough 4096x11008
 //! matrices to hold four times the L3 cache (read from sysfs), called in
 //! turn so that every call streams weights that are not in cache, against
@@ -44,6 +47,12 @@ fn build(format: &str, k: usize, n: usize, seed: u64) -> (Matrix, Vec<f32>) {
 
 fn main() {
     let a = Args::parse("kgen_peer", std::env::args().skip(1));
+    // One core's int8 dot peak, measured before the cases, for the table's
+    // GEMM share of it (`n/a` where the probe knows no single dot).
+    match kgen_benches::peak::int8_dot_peak() {
+        Some(p) => println!("PEAK isa={} gops={:.1}", p.isa, p.gops),
+        None => println!("PEAK status=n/a"),
+    }
     let mut failed = 0;
     for format in &a.formats {
         for &(k, n) in &a.shapes {
