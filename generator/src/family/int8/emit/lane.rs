@@ -104,6 +104,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     let mut block = TokenStream::new();
     let scales_per_block = p.spec.scales_per_block();
+    let hi16 = masked_high_nibbles(&p.spec, isa);
     let mut halves: Vec<TokenStream> = Vec::new();
     if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
@@ -170,7 +171,6 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 "pair_acc"
             }
         );
-        let hi16 = masked_high_nibbles(&p.spec, isa);
         if hi16 {
             for r in 0..rows {
                 for t in 0..t_sub {
@@ -309,36 +309,33 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 // (i16 pairs on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
                 // unsigned levels carry a bias to remove (signed ones read as
                 // `level + 128` included).
-                let j = jv(r, t);
+                // Masked high nibbles join their own accumulator first.
+                let dot = if hi16 {
+                    let j = jv(r, t);
+                    quote! { ops::join_hi(#i, #j) }
+                } else {
+                    quote! { ops::block_sum(#i) }
+                };
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
-                    (4, _) if masked_high_nibbles(&p.spec, isa) && isa.removes_offset(&p.spec) => {
-                        quote! { ops::subi(ops::join_hi(#i, #j), #c) }
-                    }
-                    (4, _) if masked_high_nibbles(&p.spec, isa) => quote! { ops::join_hi(#i, #j) },
                     (5 | 8, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
                     (1 | 2 | 4, _) if isa.removes_offset(&p.spec) => {
-                        quote! { ops::subi(ops::block_sum(#i), #c) }
+                        quote! { ops::subi(#dot, #c) }
                     }
-                    (1 | 2 | 4, _) => quote! { ops::block_sum(#i) },
+                    (1 | 2 | 4, _) => dot,
                     _ => quote! { #i },
                 };
-                if grouped {
-                    // The group's activation scale comes in at its close.
-                    let g = gv(r, t);
-                    fold.extend(quote! { #g = ops::fmaf(ops::cvti(#sum), #s, #g); });
-                    if mins {
-                        let mn = format_ident!("mn_{}", t);
-                        fold.extend(min_term(signed, &g, &mn, &s, &sx, &sb));
-                    }
+                // Grouped: the group sum `g`, whose activation scale comes
+                // in at the group's close; else `f`, scaled per block.
+                let (acc, scale) = if grouped {
+                    (gv(r, t), quote! { #s })
                 } else {
-                    fold.extend(quote! {
-                        #f = ops::fmaf(ops::cvti(#sum), ops::mulf(#s, #dx), #f);
-                    });
-                    if mins {
-                        let mn = format_ident!("mn_{}", t);
-                        fold.extend(min_term(signed, &f, &mn, &s, &sx, &sb));
-                    }
+                    (f, quote! { ops::mulf(#s, #dx) })
+                };
+                fold.extend(quote! { #acc = ops::fmaf(ops::cvti(#sum), #scale, #acc); });
+                if mins {
+                    let mn = format_ident!("mn_{}", t);
+                    fold.extend(min_term(signed, &acc, &mn, &s, &sx, &sb));
                 }
             }
         }
