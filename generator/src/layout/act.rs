@@ -168,29 +168,31 @@ pub fn quantize_with(
             let bufs = &mut bufs[..group.min(blocks - g0)];
             for (i, buf) in bufs.iter_mut().enumerate() {
                 let lo = (g0 + i) * QK;
-                buf.fill(0.0);
                 if lo + QK <= k {
                     buf.copy_from_slice(&row[lo..lo + QK]);
-                } else if lo < k {
-                    buf[..k - lo].copy_from_slice(&row[lo..]);
+                } else {
+                    // Past K (the padding to k_pad): zeros.
+                    buf.fill(0.0);
+                    if lo < k {
+                        buf[..k - lo].copy_from_slice(&row[lo..]);
+                    }
                 }
             }
             // One scale for the group: from the largest magnitude of its
             // blocks, or what a non-finite value makes it.
             let finite = bufs.iter().all(all_finite);
-            let scale = if finite {
+            let (d, id) = if finite {
                 block_scale(bufs.iter().fold(0f32, |a, b| a.max(amax(b))))
             } else {
-                non_finite_scale(bufs)
+                (non_finite_scale(bufs), 0.0)
             };
             for (i, buf) in bufs.iter().enumerate() {
                 let b = g0 + i;
                 let lo = b * QK;
-                let (d, q, sum) = if finite {
-                    let (q, sum) = levels(buf, scale.1);
-                    (scale.0, q, sum)
+                let (q, sum) = if finite {
+                    levels(buf, id)
                 } else {
-                    non_finite_levels(buf, scale.0)
+                    non_finite_levels(buf, d)
                 };
                 store_block(
                     out,
@@ -260,35 +262,37 @@ fn all_finite(buf: &[f32; QK]) -> bool {
 /// output is `+-inf` where the weight at an infinity is non-zero and NaN
 /// where it is zero (`inf * 0`). Unlike f32 math, two infinities whose
 /// products have opposite signs give `+-inf` rather than NaN when the
-/// weights differ in size. Returns the scale and (unused) its inverse.
-pub fn non_finite_scale(bufs: &[[f32; QK]]) -> (f32, f32) {
+/// weights differ in size.
+pub fn non_finite_scale(bufs: &[[f32; QK]]) -> f32 {
     let has = |x: f32| bufs.iter().any(|b| b.contains(&x));
     let nan = bufs.iter().any(|b| b.iter().any(|v| v.is_nan()));
     if nan || (has(f32::INFINITY) && has(f32::NEG_INFINITY)) {
-        (f32::NAN, 0.0)
+        f32::NAN
     } else {
-        (f32::INFINITY, 0.0)
+        f32::INFINITY
     }
 }
 
-/// One block's levels under a non-finite group scale `d`: 0 under a NaN;
-/// under `+inf`, +-127 at the infinities and 0 elsewhere.
-pub fn non_finite_levels(buf: &[f32; QK], d: f32) -> (f32, [i8; QK], i32) {
+/// One block's levels and their sum under a non-finite group scale `d`: 0
+/// under a NaN; under `+inf`, +-127 at the infinities and 0 elsewhere.
+pub fn non_finite_levels(buf: &[f32; QK], d: f32) -> ([i8; QK], i32) {
     if d.is_nan() {
-        return (d, [0; QK], 0);
+        return ([0; QK], 0);
     }
     let q = buf.map(|v| match v {
         f32::INFINITY => 127,
         f32::NEG_INFINITY => -127,
         _ => 0,
     });
-    (d, q, q.iter().map(|&v| i32::from(v)).sum())
+    (q, q.iter().map(|&v| i32::from(v)).sum())
 }
 
 /// A single block (a group of one) holding an infinity or a NaN: see
 /// [`non_finite_scale`].
 pub fn non_finite_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
-    non_finite_levels(buf, non_finite_scale(std::slice::from_ref(buf)).0)
+    let d = non_finite_scale(std::slice::from_ref(buf));
+    let (q, sum) = non_finite_levels(buf, d);
+    (d, q, sum)
 }
 
 /// The largest magnitude of a block of finite values.
