@@ -734,6 +734,26 @@ mod tests {
         }
     }
 
+    /// The nibble of value `i` of column `j`, block `b`, in a 4-bit layout
+    /// of 8-byte groups, 2 lanes and `t_u` 4 over 8 columns (one tile), by
+    /// the module's documented rule: chunk `g` byte `jj` holds value
+    /// `16 g + jj` (low nibble) and `16 g + 8 + jj` (high).
+    fn g8_nibble(bytes: &[u8], j: usize, b: usize, i: usize) -> u8 {
+        let (t, lane) = (j / 2, j % 2);
+        let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
+        let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
+        if half == 0 {
+            bytes[at] & 15
+        } else {
+            bytes[at] >> 4
+        }
+    }
+
+    /// A two's-complement nibble's value.
+    fn signed_nibble(nib: u8) -> i32 {
+        ((nib ^ 8) as i32) - 8
+    }
+
     #[test]
     fn byte_groups_of_8_and_signed_nibbles_hold_every_level() {
         // Unpack the G = 8 signed layout by its documented rule and compare
@@ -747,17 +767,9 @@ mod tests {
         for j in 0..n {
             for b in 0..2 {
                 let want = block_levels(w.dtype, w.block(j, b), 0);
-                let (t, lane) = (j / 2, j % 2);
                 for (i, &lv) in want.iter().enumerate() {
-                    let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
-                    let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
-                    let nib = if half == 0 {
-                        bytes[at] & 15
-                    } else {
-                        bytes[at] >> 4
-                    };
                     // Signed nibble: two's complement of level - 8.
-                    let level = ((nib ^ 8) as i32) - 8;
+                    let level = signed_nibble(g8_nibble(bytes, j, b, i));
                     assert_eq!(level, lv as i32 - 8, "col {j} block {b} value {i}");
                 }
             }
@@ -779,17 +791,10 @@ mod tests {
             for j in 0..n {
                 for b in 0..8 {
                     let want = block_levels(w.dtype, w.block(j, b / 8), b % 8);
-                    let (t, lane) = (j / 2, j % 2);
                     for (i, &lv) in want.iter().enumerate() {
-                        let (g, half, jj) = (i / 16, (i % 16) / 8, i % 8);
-                        let at = b * 8 * 16 + ((g * 4 + t) * 2 + lane) * 8 + jj;
-                        let nib = if half == 0 {
-                            bytes[at] & 15
-                        } else {
-                            bytes[at] >> 4
-                        };
+                        let nib = g8_nibble(bytes, j, b, i);
                         let got = if signed {
-                            ((nib ^ 8) as i32) - 8
+                            signed_nibble(nib)
                         } else {
                             nib as i32 - 4
                         };
