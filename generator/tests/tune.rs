@@ -3,23 +3,30 @@
 
 use kgen::spec::{Group, KernelSpec, Op};
 use kgen::tune::{tune, TuneRequest};
+use std::path::Path;
 use std::time::Duration;
+
+/// A one-thread request into `dir`, not forced, no progress bar.
+fn request<S>(spec: S, shape: (usize, usize), max_tiles: usize, dir: &Path) -> TuneRequest<S> {
+    TuneRequest {
+        spec,
+        shapes: vec![shape],
+        threads: 1,
+        // Generous: the first build of the scratch crate compiles its dependencies.
+        budget: Duration::from_secs(900),
+        force: false,
+        profile_dir: dir.to_path_buf(),
+        max_tiles,
+        progress: false,
+    }
+}
 
 #[test]
 fn tiny_tune_writes_a_profile_then_hits_the_cache() {
     let dir = tempfile::tempdir().unwrap();
     let target = kgen::target::load("native").unwrap();
-    let req = TuneRequest {
-        spec: KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap(),
-        shapes: vec![(256, 256)],
-        threads: 1,
-        // Generous: the first build of the scratch crate compiles its dependencies.
-        budget: Duration::from_secs(900),
-        force: false,
-        profile_dir: dir.path().to_path_buf(),
-        max_tiles: 3,
-        progress: false,
-    };
+    let spec = KernelSpec::new(Op::Gemv, 4, Group::Size(32)).unwrap();
+    let req = request(spec, (256, 256), 3, dir.path());
     let first = tune(&target, &req).unwrap();
     assert!(!first.cache_hit);
     assert!(first.path.exists());
@@ -70,9 +77,6 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
     );
 }
 
-/// The int8 family: a GEMV tune, then a GEMM tune on the GEMV's (tuned)
-/// layout, both in one profile beside each other; generation takes both
-/// tiles from it and says so in the header.
 /// A K-quant: its matrices' K is whole 256-value blocks and its L1 blocks
 /// whole scale groups, in the reference check, the timed shapes and the
 /// block variants alike (the harness once checked K = m_b + 96 and
@@ -82,16 +86,8 @@ fn tiny_int8_tune_of_a_k_quant_uses_whole_blocks() {
     use kgen::family::int8::spec::I8Spec;
     let dir = tempfile::tempdir().unwrap();
     let target = kgen::target::load("native").unwrap();
-    let req = TuneRequest {
-        spec: I8Spec::from_tag(Op::Gemv, "q2_k").unwrap(),
-        shapes: vec![(300, 200)],
-        threads: 1,
-        budget: Duration::from_secs(900),
-        force: false,
-        profile_dir: dir.path().to_path_buf(),
-        max_tiles: 2,
-        progress: false,
-    };
+    let spec = I8Spec::from_tag(Op::Gemv, "q2_k").unwrap();
+    let req = request(spec, (300, 200), 2, dir.path());
     let e = kgen::tune::tune_i8(&target, &req).unwrap().entry;
     assert!(e.failed.is_empty(), "{:?}", e.failed);
     assert!(e.measured.len() >= 2, "{:?}", e.measured);
@@ -102,21 +98,22 @@ fn tiny_int8_tune_of_a_k_quant_uses_whole_blocks() {
     );
 }
 
+/// The int8 family: a GEMV tune, then a GEMM tune on the GEMV's (tuned)
+/// layout, both in one profile beside each other; generation takes both
+/// tiles from it and says so in the header.
 #[test]
 fn tiny_int8_tune_keys_by_format_and_feeds_generation() {
     use kgen::family::int8::spec::I8Spec;
     use kgen::family::plan::TileSource;
     let dir = tempfile::tempdir().unwrap();
     let target = kgen::target::load("native").unwrap();
-    let req = |op| TuneRequest {
-        spec: I8Spec::from_tag(op, "q4_0").unwrap(),
-        shapes: vec![(256, 256)],
-        threads: 1,
-        budget: Duration::from_secs(900),
-        force: false,
-        profile_dir: dir.path().to_path_buf(),
-        max_tiles: 3,
-        progress: false,
+    let req = |op| {
+        request(
+            I8Spec::from_tag(op, "q4_0").unwrap(),
+            (256, 256),
+            3,
+            dir.path(),
+        )
     };
     let gemv = kgen::tune::tune_i8(&target, &req(Op::Gemv)).unwrap();
     assert!(!gemv.cache_hit);

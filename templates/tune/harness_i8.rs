@@ -61,19 +61,23 @@ pub struct Cand {
     pub run: RunFn,
 }
 
-// The harness's only calls into kgen's layout API: adapt these three when it
+// The harness's only calls into kgen's layout API: adapt these when it
 // changes (kgen's tune tests build this file).
+
+/// The format table's row of the weights `c` reads.
+fn format(c: &Cand) -> &'static kgen::format::Format {
+    kgen::format::by_tag(c.format).expect("a format of the table")
+}
 
 /// Values per block of `c`'s format (256 for the K-quants and TQ): a
 /// matrix's K is a multiple of it.
 fn k_block(c: &Cand) -> usize {
-    kgen::format::by_tag(c.format).expect("a format of the table").block
+    format(c).block
 }
 
 /// The packed layout candidate `c` reads, for a `k x n` matrix.
 fn layout(c: &Cand, k: usize, n: usize) -> I8Layout {
-    let format = kgen::format::by_tag(c.format).expect("a format of the table");
-    I8Layout::new(GgmlType(format), c.lanes, c.t_u, c.m_b, c.t_b, k, n)
+    I8Layout::new(GgmlType(format(c)), c.lanes, c.t_u, c.m_b, c.t_b, k, n)
         .grouped(c.group_bytes, c.signed)
 }
 
