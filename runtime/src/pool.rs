@@ -651,15 +651,6 @@ impl Pool {
         }
     }
 
-    /// Records in `backoff` whether a claimed job of `chunks` indices
-    /// allowed `allowed` threads (fewer if it had fewer indices), started at
-    /// `start`, gained anything from its workers: the caller alone would
-    /// have taken its CPU time per index (`own_cpu` over its `own` indices;
-    /// time it waited for its core excluded) for every index. A caller that
-    /// claimed none counts as no gain too: most often a worker woken onto
-    /// its core took it from the start, and the two never ran at once (on
-    /// an idle machine a spinning worker may also have finished a tiny job
-    /// before the caller began, which runs as fast alone).
     /// The threads a claimed call may use now ([`Backoff::threads`]),
     /// counted in [`Pool::stats`].
     fn admit(&self, backoff: &mut Backoff, now: Instant) -> usize {
@@ -671,6 +662,15 @@ impl Pool {
         allowed
     }
 
+    /// Records in `backoff` whether a claimed job of `chunks` indices
+    /// allowed `allowed` threads (fewer if it had fewer indices), started at
+    /// `start`, gained anything from its workers: the caller alone would
+    /// have taken its CPU time per index (`own_cpu` over its `own` indices;
+    /// time it waited for its core excluded) for every index. A caller that
+    /// claimed none counts as no gain too: most often a worker woken onto
+    /// its core took it from the start, and the two never ran at once (on
+    /// an idle machine a spinning worker may also have finished a tiny job
+    /// before the caller began, which runs as fast alone).
     fn judge(
         &self,
         backoff: &mut Backoff,
