@@ -69,28 +69,43 @@ fn pick() -> Option<Probe> {
 mod x86 {
     use std::arch::asm;
 
+    /// `$n` iterations of 8 independent `$dot` chains on registers of
+    /// `$class`: zeroed with `$zero`, both sources set to all ones by `$ones`
+    /// (a template naming `{w}`). One loop for both vector widths.
+    macro_rules! eight_chains {
+        ($n:expr, $class:ident, $zero:literal, $ones:literal, $dot:literal) => {
+            asm!(
+                concat!($zero, " {a0}, {a0}, {a0}"), concat!($zero, " {a1}, {a1}, {a1}"),
+                concat!($zero, " {a2}, {a2}, {a2}"), concat!($zero, " {a3}, {a3}, {a3}"),
+                concat!($zero, " {a4}, {a4}, {a4}"), concat!($zero, " {a5}, {a5}, {a5}"),
+                concat!($zero, " {a6}, {a6}, {a6}"), concat!($zero, " {a7}, {a7}, {a7}"),
+                $ones,
+                "2:",
+                concat!($dot, " {a0}, {w}, {w}"), concat!($dot, " {a1}, {w}, {w}"),
+                concat!($dot, " {a2}, {w}, {w}"), concat!($dot, " {a3}, {w}, {w}"),
+                concat!($dot, " {a4}, {w}, {w}"), concat!($dot, " {a5}, {w}, {w}"),
+                concat!($dot, " {a6}, {w}, {w}"), concat!($dot, " {a7}, {w}, {w}"),
+                "dec {n}", "jnz 2b",
+                n = inout(reg) $n => _,
+                a0 = out($class) _, a1 = out($class) _, a2 = out($class) _,
+                a3 = out($class) _, a4 = out($class) _, a5 = out($class) _,
+                a6 = out($class) _, a7 = out($class) _, w = out($class) _,
+                options(nostack, nomem),
+            )
+        };
+    }
+
     /// `n` iterations of 8 independent `vpdpbusd zmm` chains.
     #[target_feature(enable = "avx512f,avx512vnni")]
     pub unsafe fn zmm(n: u64) {
         // SAFETY: register-only instructions the caller checked the CPU has.
         unsafe {
-            asm!(
-                "vpxord zmm0, zmm0, zmm0", "vpxord zmm1, zmm1, zmm1",
-                "vpxord zmm2, zmm2, zmm2", "vpxord zmm3, zmm3, zmm3",
-                "vpxord zmm4, zmm4, zmm4", "vpxord zmm5, zmm5, zmm5",
-                "vpxord zmm6, zmm6, zmm6", "vpxord zmm7, zmm7, zmm7",
-                "vpternlogd zmm8, zmm8, zmm8, 0xff", "vpternlogd zmm9, zmm9, zmm9, 0xff",
-                "2:",
-                "vpdpbusd zmm0, zmm8, zmm9", "vpdpbusd zmm1, zmm8, zmm9",
-                "vpdpbusd zmm2, zmm8, zmm9", "vpdpbusd zmm3, zmm8, zmm9",
-                "vpdpbusd zmm4, zmm8, zmm9", "vpdpbusd zmm5, zmm8, zmm9",
-                "vpdpbusd zmm6, zmm8, zmm9", "vpdpbusd zmm7, zmm8, zmm9",
-                "dec {n}", "jnz 2b",
-                n = inout(reg) n => _,
-                out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
-                out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
-                out("zmm8") _, out("zmm9") _,
-                options(nostack, nomem),
+            eight_chains!(
+                n,
+                zmm_reg,
+                "vpxord",
+                "vpternlogd {w}, {w}, {w}, 0xff",
+                "vpdpbusd"
             );
         }
     }
@@ -100,23 +115,12 @@ mod x86 {
     pub unsafe fn ymm(n: u64) {
         // SAFETY: register-only instructions the caller checked the CPU has.
         unsafe {
-            asm!(
-                "vpxor ymm0, ymm0, ymm0", "vpxor ymm1, ymm1, ymm1",
-                "vpxor ymm2, ymm2, ymm2", "vpxor ymm3, ymm3, ymm3",
-                "vpxor ymm4, ymm4, ymm4", "vpxor ymm5, ymm5, ymm5",
-                "vpxor ymm6, ymm6, ymm6", "vpxor ymm7, ymm7, ymm7",
-                "vpcmpeqd ymm8, ymm8, ymm8", "vpcmpeqd ymm9, ymm9, ymm9",
-                "2:",
-                "{{vex}} vpdpbusd ymm0, ymm8, ymm9", "{{vex}} vpdpbusd ymm1, ymm8, ymm9",
-                "{{vex}} vpdpbusd ymm2, ymm8, ymm9", "{{vex}} vpdpbusd ymm3, ymm8, ymm9",
-                "{{vex}} vpdpbusd ymm4, ymm8, ymm9", "{{vex}} vpdpbusd ymm5, ymm8, ymm9",
-                "{{vex}} vpdpbusd ymm6, ymm8, ymm9", "{{vex}} vpdpbusd ymm7, ymm8, ymm9",
-                "dec {n}", "jnz 2b",
-                n = inout(reg) n => _,
-                out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
-                out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
-                out("ymm8") _, out("ymm9") _,
-                options(nostack, nomem),
+            eight_chains!(
+                n,
+                ymm_reg,
+                "vpxor",
+                "vpcmpeqd {w}, {w}, {w}",
+                "{{vex}} vpdpbusd"
             );
         }
     }
