@@ -127,7 +127,7 @@ impl KernelEntry {
         let f: WeightFormat = self.format.parse().map_err(|e: Error| {
             Error::NoKernel(format!("kernel {}: {}", self.name, e.message()))
         })?;
-        // A GGUF format's kernels read its int8 layout's bits (Q6_K: 8).
+        // A GGUF format's kernels read its int8 layout's bits (Q6_K: 6).
         let bits = match f {
             WeightFormat::Ggml(t) => t.format().int8.map_or(f.bits(), |r| r.layout_bits),
             _ => f.bits(),

@@ -222,3 +222,27 @@ pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     let p = _mm256_add_epi16(_mm256_maddubs_epi16(a, x), _mm256_maddubs_epi16(b, y));
     _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
 }
+
+// 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
+// stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
+// pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`).
+
+/// Unsigned 6-bit levels (0..64) of a stored chunk.
+#[inline(always)]
+pub unsafe fn lo6(w: I) -> I {
+    _mm256_and_si256(w, _mm256_set1_epi8(0x3F))
+}
+
+/// Unsigned 6-bit levels of the spill chunk carried by stored chunks `a`,
+/// `b`, `c`: `(a >> 6) | (b >> 6) << 2 | (c >> 6) << 4` per byte (16-bit
+/// shifts: the masks drop the bits they bring from the byte above).
+#[inline(always)]
+pub unsafe fn spill6(a: I, b: I, c: I) -> I {
+    _mm256_or_si256(
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<6>(a), _mm256_set1_epi8(0x03)),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(b), _mm256_set1_epi8(0x0C)),
+        ),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(c), _mm256_set1_epi8(0x30)),
+    )
+}

@@ -218,3 +218,32 @@ pub unsafe fn hb_hi<const G: u32>(w: I, h: I) -> I {
 pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, a, x), b, y)
 }
+
+// 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
+// stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
+// pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`).
+
+/// Unsigned 6-bit levels (0..64) of a stored chunk.
+#[inline(always)]
+pub unsafe fn lo6(w: I) -> I {
+    _mm512_and_si512(w, _mm512_set1_epi8(0x3F))
+}
+
+/// Unsigned 6-bit levels of the spill chunk carried by stored chunks `a`,
+/// `b`, `c`: `(a >> 6) | (b >> 6) << 2 | (c >> 6) << 4` per byte. The
+/// 16-bit shifts bring bits of the byte above only into the bits the next
+/// select or the final mask drops; two bit selects (0xE4: c ? a : b) merge.
+#[inline(always)]
+pub unsafe fn spill6(a: I, b: I, c: I) -> I {
+    let ab = _mm512_ternarylogic_epi32::<0xE4>(
+        _mm512_srli_epi16::<6>(a),
+        _mm512_srli_epi16::<4>(b),
+        _mm512_set1_epi8(0x03),
+    );
+    let abc = _mm512_ternarylogic_epi32::<0xE4>(
+        ab,
+        _mm512_srli_epi16::<2>(c),
+        _mm512_set1_epi8(0x0F),
+    );
+    _mm512_and_si512(abc, _mm512_set1_epi8(0x3F))
+}

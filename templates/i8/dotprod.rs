@@ -233,3 +233,29 @@ pub unsafe fn hb_hi<const G: i32>(w: I, h: I) -> I {
 pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     sdot(sdot(acc, a, x), b, y)
 }
+
+// 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
+// stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
+// pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`). The
+// levels are non-negative int8 for sdot; the offset comes off per block.
+
+/// Unsigned 6-bit levels (0..64) of a stored chunk.
+#[inline(always)]
+pub unsafe fn lo6(w: I) -> I {
+    vandq_s32(w, vdupq_n_s32(0x3F3F_3F3F))
+}
+
+/// Unsigned 6-bit levels of the spill chunk carried by stored chunks `a`,
+/// `b`, `c`: `(a >> 6) | (b >> 6) << 2 | (c >> 6) << 4` per byte, a byte
+/// shift and two shift-and-inserts (sli).
+#[inline(always)]
+pub unsafe fn spill6(a: I, b: I, c: I) -> I {
+    let (a, b, c) = (
+        vreinterpretq_u8_s32(a),
+        vreinterpretq_u8_s32(b),
+        vreinterpretq_u8_s32(c),
+    );
+    let r = vshrq_n_u8::<6>(a);
+    let r = vsliq_n_u8::<2>(r, vshrq_n_u8::<6>(b));
+    vreinterpretq_s32_u8(vsliq_n_u8::<4>(r, vshrq_n_u8::<6>(c)))
+}

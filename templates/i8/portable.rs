@@ -242,3 +242,26 @@ pub unsafe fn hb_hi<const G: i32>(w: I, h: I) -> I {
 pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     dot_u(dot_u(acc, a, x), b, y)
 }
+
+// 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
+// stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
+// pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`).
+
+/// Unsigned 6-bit levels (0..64) of a stored chunk.
+#[inline(always)]
+pub unsafe fn lo6(w: I) -> I {
+    w.map(|v| v & 0x3F3F_3F3F)
+}
+
+/// Unsigned 6-bit levels of the spill chunk carried by stored chunks `a`,
+/// `b`, `c`: `(a >> 6) | (b >> 6) << 2 | (c >> 6) << 4` per byte.
+#[inline(always)]
+pub unsafe fn spill6(a: I, b: I, c: I) -> I {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] = ((a[i] >> 6) & 0x0303_0303)
+            | ((b[i] >> 4) & 0x0C0C_0C0C)
+            | ((c[i] >> 2) & 0x3030_3030);
+    }
+    r
+}

@@ -64,6 +64,20 @@
 //! Levels stay unsigned (0..32, never signed nibbles) and the offset (16 for
 //! Q5_0) is removed once per block through the activation sums, on every ISA.
 //!
+//! **6-bit** layouts (`layout_bits` 6: GGUF Q6_K, levels 0..64 with an
+//! offset of 32, removed through the activation sums as for 5-bit) take the
+//! 8-bit layout's chunks of levels (`32 / G` per block) and keep the first
+//! three quarters: each keeps its levels in bits 0..6 of every byte and
+//! carries in bits 6..8 one bit pair of a dropped (spill) chunk, so a block
+//! is 24 bytes per column. Spill chunk `i` (chunk `3/4 C + i` of the `C`)
+//! is spread over stored chunks `3 i`, `3 i + 1`, `3 i + 2`: byte `j` of
+//! stored chunk `3 i + p` holds bits `2p..2p + 2` of the spill chunk's byte
+//! `j` (`G = 4`: chunks 6 and 7 over 0..3 and 3..6; `G = 8`: chunk 3 over
+//! 0..3). A kept chunk is one mask (`& 0x3F`); a spill chunk is
+//! `(a >> 6) | (b >> 6) << 2 | (c >> 6) << 4` per byte, three shifts and a
+//! merge. Both scales of a Q6_K block (one per 16 values) follow the
+//! chunks' halves: the spill chunks are all in the second one.
+//!
 //! `codebook` layouts (GGUF IQ4_NL) repack exactly as Q4_0 with unsigned
 //! nibbles, but the nibbles are indices into the 16-entry int8 codebook
 //! [`IQ4_NL_VALUES`]: the kernel unpacks them (mask, shift + mask), looks
@@ -301,8 +315,10 @@ impl I8Layout {
                     (4, 2) => Self::fill_panels::<1, 2>,
                     (_, 2) => Self::fill_panels::<2, 2>,
                     (4, 8) => Self::fill_panels::<1, 8>,
+                    (4, 6) => Self::fill_panels::<1, 6>,
                     (4, _) => Self::fill_panels::<1, 4>,
                     (_, 8) => Self::fill_panels::<2, 8>,
+                    (_, 6) => Self::fill_panels::<2, 6>,
                     _ => Self::fill_panels::<2, 4>,
                 };
                 if part + 1 == parts {
@@ -369,6 +385,7 @@ impl I8Layout {
         match self.bits {
             4 => zero[..4].fill(0x8888_8888 ^ flip),
             5 => zero[4] = u32::MAX,
+            6 => six_bit_chunks(self.group_bytes, &[32; QK], &mut zero),
             _ => {}
         }
         // The formats' scales are f32 products (`d * sc`): they are rounded
@@ -507,11 +524,12 @@ pub fn stored_scale(
     (half::f16::from_f32_const(d), half::f16::from_f32_const(m))
 }
 
-/// One column's block of `levels` in the layout of `bits` (1, 2, 4, 5 or 8) for
+/// One column's block of `levels` in the layout of `bits` (1, 2, 4, 5, 6 or 8) for
 /// lane groups of `gb` bytes.
 #[inline]
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     match bits {
+        6 => six_bit_chunks(gb, levels, out),
         5 => five_bit_chunks(gb, levels, out),
         4 => block_chunks(4, gb, &nibble_bytes(levels), out),
         2 => two_bit_chunks(gb, levels, out),
@@ -584,6 +602,28 @@ fn five_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
         }
     }
     out[4] = h;
+}
+
+/// One column's block of 6-bit `levels` (0..64) for lane groups of `gb`
+/// bytes, as the module documentation says: the 8-bit layout's words, of
+/// which the first six keep their levels' low 6 bits and carry the last
+/// two's (the spill chunk's) in bits 6..8: bit pair `p` of spill word
+/// `6 + i` in word `3 i + p` (4-byte groups: two spill chunks of a word) or
+/// bit pair `p` of spill word `6 + h` in word `2 p + h` (8-byte groups: one
+/// spill chunk of two words).
+#[inline]
+fn six_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
+    const LOW2: u32 = 0x0303_0303;
+    let mut v = [0u32; QK / 4];
+    block_chunks(8, gb, levels, &mut v);
+    for (s, o) in out.iter_mut().enumerate().take(6) {
+        let (spill, p) = if gb == 4 {
+            (6 + s / 3, s % 3)
+        } else {
+            (6 + s % 2, s / 2)
+        };
+        *o = v[s] | ((v[spill] >> (2 * p)) & LOW2) << 6;
+    }
 }
 
 /// The 32 stored levels of sub-block `sub` of a GGUF block (unsigned
@@ -678,16 +718,17 @@ mod tests {
     }
 
     #[test]
-    fn signed_levels_carry_128_times_each_scales_sum() {
+    fn offset_levels_carry_their_bias_times_each_scales_sum() {
         // Signed and codebook levels: `128 * sum(q)` per scale, for the
-        // u8-dot kernels that read them as `level + 128`.
-        for (t, sums) in [
-            (GgmlType::Q8_0, 1),
-            (GgmlType::IQ4_NL, 1),
-            (GgmlType::Q6_K, 2),
+        // u8-dot kernels that read them as `level + 128`; Q6_K's offset of
+        // 32 per half block.
+        for (t, sums, bias) in [
+            (GgmlType::Q8_0, 1, 128),
+            (GgmlType::IQ4_NL, 1, 128),
+            (GgmlType::Q6_K, 2, 32),
         ] {
             let fmt = ActFormat::plain(t);
-            assert_eq!((fmt.sums, fmt.bias), (sums, 128), "{t}");
+            assert_eq!((fmt.sums, fmt.bias), (sums, bias), "{t}");
             let (m, k, k_pad) = (2, 70, 96);
             let x = Rng::new(15).vec_f32(m * k);
             let a = quantize_activations_as(&x, m, k, k_pad, fmt);
@@ -696,7 +737,7 @@ mod tests {
                     for h in 0..sums {
                         let (len, lo) = (32 / sums, r * k_pad + b * 32 + h * 32 / sums);
                         let want: i32 = a.q[lo..lo + len].iter().map(|&v| i32::from(v)).sum();
-                        assert_eq!(a.c[(r * 3 + b) * sums + h], 128 * want, "{t} {r} {b} {h}");
+                        assert_eq!(a.c[(r * 3 + b) * sums + h], bias * want, "{t} {r} {b} {h}");
                     }
                 }
             }
@@ -1020,6 +1061,66 @@ mod tests {
                 let byte = (h >> (8 * x)) as u8;
                 assert_eq!(y.to_le_bytes()[x], (byte >> g) & 0x11);
             }
+        }
+    }
+
+    #[test]
+    fn six_bit_layouts_unpack_with_the_documented_ops() {
+        let (k, n) = (512, 11);
+        let w = GgmlMatrix::quantize(&Rng::new(16).vec_f32(k * n), k, n, GgmlType::Q6_K);
+        for (lanes, t_u, gb) in [(4, 3, 4), (16, 1, 4), (2, 4, 8)] {
+            let l =
+                I8Layout::new(GgmlType::Q6_K, lanes, t_u, 256, lanes * t_u, k, n).grouped(gb, true);
+            assert!(!l.signed);
+            assert_eq!((l.bits, l.block_bytes()), (6, 24));
+            let p = l.repack(&w);
+            let bytes = p.w.as_bytes();
+            let (tw, chunks) = (l.tile_width(), 32 / gb);
+            for j in 0..l.n_pad {
+                let (panel, col) = (j / tw, j % tw);
+                let (t, lane) = (col / lanes, col % lanes);
+                for b in 0..l.blocks() {
+                    // m_b = 256: K blocks of eight 32-blocks, one super-block.
+                    let (kb, bi) = (b / 8, b % 8);
+                    let (off, _, _) = l.tile_offset(panel, kb, 0);
+                    let at = off + bi * tw * 24;
+                    let want = if j < n {
+                        block_levels(w.dtype, w.block(j, kb), bi)
+                    } else {
+                        [32; QK]
+                    };
+                    // Byte x of this column's group in stored chunk s.
+                    let byte =
+                        |s: usize, x: usize| bytes[at + (s * t_u + t) * lanes * gb + lane * gb + x];
+                    for v in 0..chunks {
+                        for x in 0..gb {
+                            let got = if v < 3 * chunks / 4 {
+                                byte(v, x) & 0x3F
+                            } else {
+                                let s = 3 * (v - 3 * chunks / 4);
+                                (byte(s, x) >> 6)
+                                    | (byte(s + 1, x) >> 6) << 2
+                                    | (byte(s + 2, x) >> 6) << 4
+                            };
+                            let at_v = gb * v + x;
+                            assert_eq!(got, want[at_v], "gb {gb} col {j} block {b} value {at_v}");
+                        }
+                    }
+                }
+            }
+        }
+        // The x86 kernels' spill merge on 16-bit lanes: shifts by 6, 4 and
+        // 2, two bit selects under the masks 0x03 and 0x0F, then & 0x3F.
+        let mut rng = Rng::new(6);
+        for _ in 0..1000 {
+            let [a, b, c] = [0; 3].map(|_: u16| rng.next_u64() as u16);
+            let sel = |m: u16, x: u16, y: u16| (x & m) | (y & !m);
+            let got = sel(0x0F0F, sel(0x0303, a >> 6, b >> 4), c >> 2) & 0x3F3F;
+            let want = u16::from_le_bytes(std::array::from_fn(|i| {
+                let (a, b, c) = (a.to_le_bytes()[i], b.to_le_bytes()[i], c.to_le_bytes()[i]);
+                (a >> 6) | (b >> 6) << 2 | (c >> 6) << 4
+            }));
+            assert_eq!(got, want, "{a:#x} {b:#x} {c:#x}");
         }
     }
 

@@ -23,7 +23,8 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// weight vectors (and their high nibbles; 5-bit: and each column group's
 /// fifth bits, live through the block; signed dots on x86: and their
 /// absolute values), two activation vectors, and two constants (nibble
-/// mask, word of ones; 5-bit: and the fifth-bit mask; 8-bit on the u8-dot
+/// mask, word of ones; 5-bit: and the fifth-bit mask; 6-bit: two masks of
+/// the spill merge; 8-bit on the u8-dot
 /// ISAs: the sign-bit mask of `flip`, in place of the two they do not use).
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     // A grid kernel's tables: one per index field of a nibble.
@@ -38,7 +39,9 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         1 | 2 if grid_tables > 0 => 3 * tile.t_sub,
         // 2-bit: each column group's chunk and one bit pair of it.
         2 | 4 => 2 * tile.t_sub,
-        5 => 3 * tile.t_sub,
+        // 5-bit: the chunk, its plane and a level; 6-bit: a spill chunk's
+        // three stored chunks, or two levels and a load.
+        5 | 6 => 3 * tile.t_sub,
         _ => tile.t_sub,
     };
     // 8-bit and codebook levels go through `dot_s`, unless the ISA reads
@@ -75,6 +78,8 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         + usize::from(spec.codebook())
         + grid_tables
         + usize::from(spec.bits() == 5)
+        // 6-bit: the spill merge's two masks beside the level mask.
+        + 2 * usize::from(spec.bits() == 6)
 }
 
 /// Instructions of one 32-value block of `tile`'s micro kernel (all its

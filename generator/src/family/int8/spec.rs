@@ -54,7 +54,7 @@ impl I8Spec {
             .is_some_and(|r| r.scales_per_block > 1 && r.layout_bits == 5)
         {
             return Err(SpecError(format!(
-                "{} has a scale per 16 values: the int8 family folds half blocks on 2-, 4- and 8-bit layouts only",
+                "{} has a scale per 16 values: the int8 family folds half blocks on 2-, 4-, 6- and 8-bit layouts only",
                 format.name
             )));
         }

@@ -7,9 +7,10 @@
 //! `(d * sc) * (q - 32)`, `d * sc` rounded to f32 first, with the scale of
 //! sub-block `f / 16`.
 //!
-//! The int8 family runs it on the 8-bit layout with the levels stored signed
-//! (`q - 32`) and two scales per 32 values (`d * sc` of each 16, rounded to
-//! f16), folding each half of a block on its own.
+//! The int8 family runs it on the 6-bit layout with the stored levels
+//! (0..64, offset 32, removed per half block through the activation sums)
+//! and two scales per 32 values (`d * sc` of each 16, rounded to f16),
+//! folding each half of a block on its own.
 
 use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
@@ -26,14 +27,12 @@ pub const Q6_K: Format = Format {
     block_bytes: D + 2,
     bits: 6,
     scale_offsets: &[D],
-    // As the int8 family stores them: `q - 32` as i8 (the file's unsigned
-    // levels and their offset are the codec's business).
-    levels: Levels::Signed,
+    levels: Levels::Offset(32),
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 8,
-        block_levels: signed_levels,
+        layout_bits: 6,
+        block_levels: sub_levels,
         sub_scale: sub16_scale,
         mins: false,
         scales_per_block: 2,
@@ -41,8 +40,8 @@ pub const Q6_K: Format = Format {
     }),
 };
 
-/// The levels of 32-value sub-block `s` as `q - 32`, `i8` bit patterns.
-fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
+/// The stored levels (0..64) of 32-value sub-block `s`.
+fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
     // Sub-block s lies in half h = s / 4 at r = 32 (s % 4) + i: its low
     // nibbles are nibble r / 64 of ql[64 h + r % 64 ..], its top bits the
     // pair at 2 (s % 4) of qh[32 h + i]. The same shifts for all 32.
@@ -52,8 +51,7 @@ fn signed_levels(blk: &[u8], s: usize) -> [u8; QK] {
     let (ls, hs) = (4 * (r0 / 64), 2 * (s % 4));
     let mut out = [0u8; QK];
     for i in 0..QK {
-        let q = ((ql[i] >> ls) & 0x0F) | (((qh[i] >> hs) & 3) << 4);
-        out[i] = q.wrapping_sub(32);
+        out[i] = ((ql[i] >> ls) & 0x0F) | (((qh[i] >> hs) & 3) << 4);
     }
     out
 }
@@ -160,9 +158,9 @@ mod tests {
         assert_eq!(GgmlType::from_id(14), Some(GgmlType::Q6_K));
         assert_eq!(GgmlType::Q6_K.block_bytes(), 210);
         assert_eq!(Q6_K.scale_offsets, [208]);
-        // The int8 family stores q - 32 as i8.
-        assert_eq!(Q6_K.level_value(-32i8 as u8), -32);
-        assert_eq!(Q6_K.level_value(31), 31);
+        // Stored levels 0..64 are q - 32.
+        assert_eq!(Q6_K.level_value(0), -32);
+        assert_eq!(Q6_K.level_value(63), 31);
         // Level of value f: f * 5 % 64; scales -8 + s, d = 0.5.
         let lv: [u8; QK_K] = std::array::from_fn(|f| (f * 5 % 64) as u8);
         let mut b = vec![0u8; 210];
@@ -176,12 +174,12 @@ mod tests {
         }
         b[208..].copy_from_slice(&f16::from_f32(0.5).to_bits().to_le_bytes());
         assert_eq!(levels(&b), lv);
-        // The int8 row: each 32 values' signed levels and each 16's scale
+        // The int8 row: each 32 values' levels and each 16's scale
         // give the dequantized weights bit for bit.
         let mut w = [0f32; QK_K];
         dequantize(&b, &mut w);
         for s in 0..8 {
-            let sl = signed_levels(&b, s);
+            let sl = sub_levels(&b, s);
             for i in 0..QK {
                 let (d, m) = sub16_scale(&b, 2 * s + i / 16);
                 assert_eq!(m, 0.0);

@@ -108,6 +108,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let mut halves: Vec<TokenStream> = Vec::new();
     if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
+    } else if p.spec.bits() == 6 {
+        halves = six_bit_block(p, isa, rows);
+        block = halves.pop().expect("a 6-bit block has a part");
     } else if p.spec.bits() <= 2 {
         // 2-bit: each chunk covers 16 K values, the bit pair `2c` of its
         // bytes holding values 16g + 4c..16g + 4c + 4; 1-bit: the one chunk
@@ -318,7 +321,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 };
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
-                    (5 | 8, _) if isa.removes_offset(&p.spec) => quote! { ops::subi(#i, #c) },
+                    (5 | 6 | 8, _) if isa.removes_offset(&p.spec) => {
+                        quote! { ops::subi(#i, #c) }
+                    }
                     (1 | 2 | 4, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(#dot, #c) }
                     }
@@ -394,9 +399,7 @@ fn gv(r: usize, t: usize) -> proc_macro2::Ident {
 /// The block of a 5-bit kernel: each column group's plane of fifth bits
 /// (chunk 4) once, then per nibble chunk `g` the 5-bit levels of its low and
 /// high halves (`hb_lo::<g>` / `hb_hi::<g>`, values `8g..8g+4` and
-/// `8g+4..8g+8`, unsigned 0..32), accumulated in i32 two dots at a time
-/// (`dot2_u`: on maddubs ISAs the i16 pair sums of 5-bit levels leave room
-/// for two products, not for a whole block).
+/// `8g+4..8g+8`, unsigned 0..32), accumulated by [`pair_dots`].
 fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let chunk = 4 * p.lanes;
@@ -421,25 +424,79 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
                 let #hi = ops::hb_hi::<#gl>(#wv, #h);
             });
         }
-        for r in 0..rows {
-            let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
-            let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
-            block.extend(quote! {
-                let #xl = #bl;
-                let #xh = #bh;
-            });
-            for t in 0..t_sub {
-                let (i, lo, hi) = (
-                    format_ident!("i_{}_{}", r, t),
-                    format_ident!("lo_{}", t),
-                    format_ident!("hi_{}", t),
-                );
-                block.extend(quote! { #i = ops::dot2_u(#i, #lo, #xl, #hi, #xh); });
-            }
-        }
-        block.extend(fence(isa, rows, t_sub));
+        block.extend(pair_dots(isa, rows, t_sub, g));
     }
     block
+}
+
+/// Every row's dots of the level pair `lo_{t}` / `hi_{t}` (values `8g..8g + 4`
+/// and `8g + 4..8g + 8`) into its i32 sums, two at a time (`dot2_u`: on
+/// maddubs ISAs the i16 pair sums of levels below 64 leave room for two
+/// products, not for a whole block), then the fence.
+fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
+    let mut out = TokenStream::new();
+    for r in 0..rows {
+        let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+        let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
+        out.extend(quote! {
+            let #xl = #bl;
+            let #xh = #bh;
+        });
+        for t in 0..t_sub {
+            let (i, lo, hi) = (
+                format_ident!("i_{}_{}", r, t),
+                format_ident!("lo_{}", t),
+                format_ident!("hi_{}", t),
+            );
+            out.extend(quote! { #i = ops::dot2_u(#i, #lo, #xl, #hi, #xh); });
+        }
+    }
+    out.extend(fence(isa, rows, t_sub));
+    out
+}
+
+/// The block of a 6-bit kernel, one part per scale: the 8-bit layout's
+/// value chunks in order, two at a time (values `8k..8k + 4` and
+/// `8k + 4..8k + 8`) into `dot2_u` as for 5-bit. Kept chunks are one mask
+/// of their load (`lo6`); the spill chunks 6 and 7 merge the top bit pairs
+/// of stored chunks 0..3 and 3..6 (`spill6`), loaded again where they are
+/// needed: the fences hold `w` on the ISAs whose compilers would otherwise
+/// keep the first half's chunks live through the second.
+fn six_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> Vec<TokenStream> {
+    let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
+    let chunk = 4 * p.lanes;
+    let stored = |s: usize, t: usize| {
+        let off = lit((s * t_u + t) * chunk);
+        quote! { ops::loadb(w.add(#off)) }
+    };
+    // Chunk pairs per scale: 4, or 2 with a scale per 16 values.
+    let per_part = 4 / p.spec.scales_per_block();
+    let mut parts = vec![TokenStream::new()];
+    for k in 0..4 {
+        if k > 0 && k % per_part == 0 {
+            parts.push(TokenStream::new());
+        }
+        let block = parts.last_mut().expect("a part");
+        for t in 0..t_sub {
+            for (v, name) in [(2 * k, "lo"), (2 * k + 1, "hi")] {
+                let q = format_ident!("{}_{}", name, t);
+                let level = if v < 6 {
+                    let a = stored(v, t);
+                    quote! { ops::lo6(#a) }
+                } else {
+                    let (a, b, c) = (
+                        stored(3 * (v - 6), t),
+                        stored(3 * (v - 6) + 1, t),
+                        stored(3 * (v - 6) + 2, t),
+                    );
+                    quote! { ops::spill6(#a, #b, #c) }
+                };
+                block.extend(quote! { let #q = #level; });
+            }
+        }
+        block.extend(pair_dots(isa, rows, t_sub, k));
+    }
+    parts
 }
 
 #[cfg(test)]
@@ -468,15 +525,14 @@ mod tests {
     }
 
     /// Signed and codebook levels on the vpdpbusd ISAs: flipped (8-bit) or
-    /// looked up shifted (codebook), dotted unsigned, with each scale's
-    /// `128 * sum(x)` removed (Q6_K: both halves' sums); elsewhere the
-    /// signed dot and no sums read. The only check the AVX-VNNI kernels get
-    /// here, where no CPU runs them.
+    /// looked up shifted (codebook), dotted unsigned, with each block's
+    /// `128 * sum(x)` removed; elsewhere the signed dot and no sums read.
+    /// The only check the AVX-VNNI kernels get here, where no CPU runs them.
     #[test]
     fn signed_levels_are_offset_on_the_u8_dot_isas() {
         use crate::family::int8::isa::AVXVNNI;
         for isa in [&AVX512VNNI, &AVXVNNI] {
-            for (tag, flips) in [("q8_0", 8), ("q6_k", 8), ("iq4_nl", 0)] {
+            for (tag, flips) in [("q8_0", 8), ("iq4_nl", 0)] {
                 let k = emitted(isa, tag, 2, 2);
                 assert!(!k.contains("dot_s"), "{} {tag}", isa.name);
                 assert_eq!(
@@ -488,19 +544,37 @@ mod tests {
                 assert!(k.contains("ops :: subi"), "{} {tag}", isa.name);
                 assert!(k.contains("splati (xc"), "{} {tag}", isa.name);
             }
-            let q6 = emitted(isa, "q6_k", 1, 2);
-            for at in ["1 * ldb * 2 + 0", "1 * ldb * 2 + 1"] {
-                assert!(
-                    q6.contains(&format!("xc . add ({at})")),
-                    "{} {at}",
-                    isa.name
-                );
-            }
         }
-        for tag in ["q8_0", "q6_k", "iq4_nl"] {
+        for tag in ["q8_0", "iq4_nl"] {
             let k = emitted(&AVX2, tag, 2, 2);
             assert!(k.contains("dot_s") && !k.contains("flip"), "avx2 {tag}");
             assert!(!k.contains("splati (xc"), "avx2 {tag}");
+        }
+    }
+
+    /// 6-bit (Q6_K) on every lane ISA: per column group and block six
+    /// masked chunks and two spill merges, four `dot2_u` per row, one fence
+    /// per chunk pair, and each half's offset removed with its own sum.
+    #[test]
+    fn six_bit_kernels_mask_kept_chunks_and_merge_spills() {
+        use crate::family::int8::isa::AVXVNNI;
+        for isa in [&AVX512VNNI, &AVXVNNI, &AVX2, &DOTPROD] {
+            for (op, rows) in [(Op::Gemv, 1), (Op::Gemm { m: 32 }, 3)] {
+                let k = emitted_op(isa, "q6_k", 2, rows, op);
+                let n = |pat: &str| k.matches(pat).count();
+                assert_eq!(n("ops :: lo6"), 6 * 2, "{} lo6", isa.name);
+                assert_eq!(n("ops :: spill6"), 2 * 2, "{} spill6", isa.name);
+                assert_eq!(n("ops :: dot2_u"), 4 * 2 * rows, "{} dot2_u", isa.name);
+                assert_eq!(n("ops :: subi"), 2 * 2 * rows, "{} subi", isa.name);
+                for h in 0..2 {
+                    let at = format!("xc . add ({} * ldb * 2 + {h})", rows - 1);
+                    assert!(k.contains(&at), "{} {at}", isa.name);
+                }
+                assert!(!k.contains("flip") && !k.contains("dot_s"), "{}", isa.name);
+                if isa.fence_class.is_some() {
+                    assert_eq!(n("asm !"), 4, "{} fences", isa.name);
+                }
+            }
         }
     }
 

@@ -36,7 +36,8 @@ fn lit(v: usize) -> Literal {
 }
 
 /// Loads chunk `g` of the micro tile's column pairs (and, for 4-bit, splits
-/// the nibble planes as `16 q`, or for codebook formats looks the indices up).
+/// the nibble planes as `16 q`, or for codebook formats looks the indices
+/// up; for 6-bit, value chunk `g` of the 8-bit layout's four).
 fn load_weights(p: &MicroSpec, isa: &I8Isa, g: usize) -> TokenStream {
     let (chunk, _) = geometry(p, isa);
     let mut out = TokenStream::new();
@@ -46,8 +47,25 @@ fn load_weights(p: &MicroSpec, isa: &I8Isa, g: usize) -> TokenStream {
             format_ident!("lo_{}", t),
             format_ident!("hi_{}", t),
         );
-        let off = lit((g * p.tile.t_u + t) * chunk);
-        out.extend(quote! { let #wv = ops::loadb(w.add(#off)); });
+        let stored = |s: usize| {
+            let off = lit((s * p.tile.t_u + t) * chunk);
+            quote! { ops::loadb(w.add(#off)) }
+        };
+        if p.spec.bits() == 6 {
+            // Value chunk `g`: stored chunk 0..3 masked, or chunk 3
+            // merged from the top bit pairs of all three.
+            let level = if g < 3 {
+                let a = stored(g);
+                quote! { ops::lo6(#a) }
+            } else {
+                let (a, b, c) = (stored(0), stored(1), stored(2));
+                quote! { ops::spill6(#a, #b, #c) }
+            };
+            out.extend(quote! { let #wv = #level; });
+            continue;
+        }
+        let load = stored(g);
+        out.extend(quote! { let #wv = #load; });
         if p.spec.bits() == 5 {
             let (e, gl) = (format_ident!("e_{}", t), Literal::i32_unsuffixed(g as i32));
             out.extend(quote! {
@@ -93,17 +111,28 @@ fn load_fifth_bits(p: &MicroSpec) -> TokenStream {
     out
 }
 
-/// The GEMV's dots of half `h` on 4-, 5- and 8-bit pair layouts: per
+/// Chunks of levels a block's loop runs over: the stored ones, or for 6-bit
+/// the 8-bit layout's four that its three stored ones carry.
+fn value_chunks(p: &MicroSpec, isa: &I8Isa) -> usize {
+    let (_, stored) = geometry(p, isa);
+    if p.spec.bits() == 6 {
+        stored * 4 / 3
+    } else {
+        stored
+    }
+}
+
+/// The GEMV's dots of half `h` on 4-, 5-, 6- and 8-bit pair layouts: per
 /// chunk, `sdot` of each column pair's levels against the activation's 8
 /// values broadcast to both halves.
 fn chunk_gemv(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> TokenStream {
-    let (_, chunks) = geometry(p, isa);
+    let chunks = value_chunks(p, isa);
     let (gb, t_sub) = (isa.group_bytes, p.tile.t_sub);
     let iv = |t: usize| format_ident!("i_0_{}", t);
     let mut body = TokenStream::new();
     for g in h * chunks / spb..(h + 1) * chunks / spb {
         body.extend(load_weights(p, isa, g));
-        if p.spec.bits() != 8 {
+        if !matches!(p.spec.bits(), 6 | 8) {
             // Low nibbles hold values 2 gb g.., high ones 2 gb g + gb.. .
             let (ol, oh) = (lit(2 * gb * g), lit(2 * gb * g + gb));
             body.extend(quote! {
@@ -129,10 +158,10 @@ fn chunk_gemv(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize) -> TokenStream {
     body
 }
 
-/// The GEMM's tiles of half `h` on 4-, 5- and 8-bit pair layouts: per
+/// The GEMM's tiles of half `h` on 4-, 5-, 6- and 8-bit pair layouts: per
 /// chunk and row pair, `smmla` against the pair's interleaved activations.
 fn chunk_mmla(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize, pairs: usize) -> TokenStream {
-    let (_, chunks) = geometry(p, isa);
+    let chunks = value_chunks(p, isa);
     let t_sub = p.tile.t_sub;
     let iv = |q: usize, t: usize| format_ident!("i_{}_{}", q, t);
     let mut body = TokenStream::new();
@@ -140,7 +169,7 @@ fn chunk_mmla(p: &MicroSpec, isa: &I8Isa, h: usize, spb: usize, pairs: usize) ->
         body.extend(load_weights(p, isa, g));
         for q in 0..pairs {
             let row = lit(q);
-            if p.spec.bits() != 8 {
+            if !matches!(p.spec.bits(), 6 | 8) {
                 // 16 activation bytes per 8 values of the pair: values
                 // 16g.. (low nibbles) and 16g + 8.. (high).
                 let (ol, oh) = (lit(32 * g), lit(32 * g + 16));
@@ -289,7 +318,14 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             let (s, off) = (format_ident!("s_{}", v), lit(h * tw + 4 * v));
             let (mn, moff) = (format_ident!("mn_{}", v), lit((spb + h) * tw + 4 * v));
             let sum = if isa.removes_offset(&p.spec) {
-                quote! { ops::sub_bias(ops::pair_sum(#a, #b), xc, xc) }
+                // This half's sum where a block has two (per-16 scales).
+                let c = if p.spec.sums_per_block() == 1 {
+                    quote! { xc }
+                } else {
+                    let h = lit(h);
+                    quote! { xc.add(#h) }
+                };
+                quote! { ops::sub_bias(ops::pair_sum(#a, #b), #c, #c) }
             } else {
                 quote! { ops::pair_sum(#a, #b) }
             };
@@ -385,7 +421,14 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
                     lit(2 * q),
                     lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
                 );
-                quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) }
+                match p.spec.sums_per_block() {
+                    1 => quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) },
+                    n => {
+                        // This half's sums (per-16 scales): n per block.
+                        let (n, h) = (lit(n), lit(h));
+                        quote! { xc.add(#r0 * (ldb / 4) * #n + #h), xc.add(#r1 * (ldb / 4) * #n + #h) }
+                    }
+                }
             });
             // With mins: the level sums of rows 2q and 2q + 1 as [c0, c0, c1, c1],
             // the order of the 2x2 tile's rows.

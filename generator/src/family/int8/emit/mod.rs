@@ -38,6 +38,11 @@ const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bi
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
+/// The 6-bit unpack, only in 6-bit kernels, which also take the 5-bit
+/// kernels' two-dot accumulate (lanes) or offset removal (pairs).
+const SIX_BIT_ITEMS: &[&str] = &["lo6", "spill6"];
+const SIX_BIT_LANE: &[&str] = &["lo6", "spill6", "dot2_u"];
+const SIX_BIT_PAIR: &[&str] = &["lo6", "spill6", "sub_bias"];
 
 /// Header lines of one int8 kernel: format and its levels, template,
 /// layout, tile and blocks, registers and L1, the model's figures.
@@ -73,6 +78,12 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                     "5-bit, nibbles + fifth bits, unsigned levels - {}",
                     p.spec.format.offset()
                 )
+            } else if p.spec.bits() == 6 {
+                format!(
+                    "6-bit unsigned levels - {}, a scale per {} values",
+                    p.spec.format.offset(),
+                    32 / p.spec.scales_per_block()
+                )
             } else if p.spec.bits() == 2 {
                 format!("2-bit unsigned levels - {}", p.spec.format.offset())
             } else if p.spec.bits() == 4 && isa.signed_nibbles {
@@ -107,6 +118,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 ", signed nibbles read as 16 q"
             } else if p.spec.bits() == 5 {
                 ", nibble chunks + a plane of fifth bits"
+            } else if p.spec.bits() == 6 {
+                ", 6-bit bytes carrying the spill chunks' bit pairs"
             } else {
                 ""
             }
@@ -240,6 +253,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         items.retain(|it| item_name(it).is_none_or(|n| !INDEX_ITEMS.contains(&n.as_str())));
     }
     five_bit_items(&mut items, spec, isa)?;
+    six_bit_items(&mut items, spec, isa)?;
     two_bit_items(&mut items, spec, isa)?;
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
@@ -358,11 +372,14 @@ fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<
 
 /// The 5-bit primitives stay only in 5-bit kernels, whose template must
 /// have those its emitter calls. Other kernels with an offset on pair
-/// layouts (2-bit ones) also remove it with `sub_bias`.
+/// layouts (2- and 6-bit ones) also remove it with `sub_bias`; 6-bit ones
+/// on lanes accumulate with `dot2_u`.
 fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
     if spec.bits() != 5 {
         let keep: &[&str] = if isa.removes_offset(spec) && isa.group_bytes == 8 {
             &["sub_bias"]
+        } else if spec.bits() == 6 {
+            &["dot2_u"]
         } else {
             &[]
         };
@@ -378,6 +395,25 @@ fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Res
         FIVE_BIT_LANE
     };
     require(items, need, spec, isa)
+}
+
+/// The 6-bit unpack stays only in 6-bit kernels, whose template must have
+/// what their emitter calls.
+fn six_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+    if spec.bits() != 6 {
+        items.retain(|it| item_name(it).is_none_or(|n| !SIX_BIT_ITEMS.contains(&n.as_str())));
+        return Ok(());
+    }
+    require(
+        items,
+        if isa.group_bytes == 8 {
+            SIX_BIT_PAIR
+        } else {
+            SIX_BIT_LANE
+        },
+        spec,
+        isa,
+    )
 }
 
 /// The 2-bit unpack stays only in 2-bit kernels, whose template must have
