@@ -83,6 +83,11 @@ THREADS="$(tr ',' '\n' <<< "$THREADS" | awk -v c="$CPUS" '$1 <= c' | paste -sd, 
 if [ "$BUSY" = 1 ] && [ "$CPUS" -lt 2 ]; then
     echo "peers.sh: --busy needs 2 CPUs" >&2; exit 2
 fi
+# llama.cpp's formats: the GGUF types its bench knows (kgen's own k1 / k2_*
+# have no peer there).
+LLAMA_FORMATS="$(tr ',' '\n' <<< "$FORMATS" \
+    | grep -xE 'q4_0|q8_0|q5_0|iq4_nl|q4_1|q5_1|q4_k|q5_k|q6_k|q3_k|q2_k|tq1_0|tq2_0' \
+    | paste -sd, -)" || true
 # candle's formats: the GGUF ones it has, plus its Q4K as the 4-bit reference.
 CANDLE_FORMATS="$FORMATS"
 case ",$FORMATS," in *,q4_0,*|*,iq4_nl,*) CANDLE_FORMATS="$FORMATS,q4k" ;; esac
@@ -132,7 +137,8 @@ DRAM_ARG=()
          "cpus=$CPUS load1=$(cut -d' ' -f1 /proc/loadavg)"
 } | tee -a "$LOG" >&2
 run "kgen: $FORMATS" "" "$KGEN" --formats "$FORMATS" --threads "$THREADS" "${CASES[@]}" "${DRAM_ARG[@]}"
-run "llama.cpp: $FORMATS" "" "$LCP" --type "$FORMATS" --modes plain,repack --threads "$THREADS" "${CASES[@]}"
+[ -z "$LLAMA_FORMATS" ] ||
+    run "llama.cpp: $LLAMA_FORMATS" "" "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads "$THREADS" "${CASES[@]}"
 for t in ${THREADS//,/ }; do
     run "candle: $CANDLE_FORMATS, $t thread(s)" "" env RAYON_NUM_THREADS="$t" \
         "$CANDLE" --formats "$CANDLE_FORMATS" --threads "$t" "${CASES[@]}"
@@ -145,8 +151,9 @@ if [ "$BUSY" = 1 ]; then
     echo "== busy core: spinner pid $SPIN_PID" >&2
     run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /; s/^PEAK /PEAK_BUSY /' \
         "$KGEN" --formats "$FORMATS" --threads 1,2 "${CASES[@]}"
-    run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
-        "$LCP" --type "$FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"
+    [ -z "$LLAMA_FORMATS" ] ||
+        run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
+            "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"
     stop_spinner
 fi
 
