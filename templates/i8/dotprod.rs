@@ -237,7 +237,8 @@ pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
 // 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
 // stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
 // pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`). The
-// levels are non-negative int8 for sdot; the offset comes off per block.
+// levels are non-negative int8 for sdot; the offset comes off per scale
+// (Q6_K: per 16 values) through the activation sums.
 
 /// Unsigned 6-bit levels (0..64) of a stored chunk.
 #[inline(always)]

@@ -63,7 +63,7 @@ pub struct Int8Repack {
     /// 16 values (Q6_K, Q3_K, Q2_K); `sub_scale` then indexes 16-value
     /// sub-blocks and the kernels fold each half of a block on its own.
     /// The activations then carry a sum per 16 values too (for Q2_K's
-    /// mins, and for the offset signed levels take on the u8-dot ISAs).
+    /// mins, and Q3_K's and Q6_K's offsets).
     pub scales_per_block: usize,
     /// 32-value blocks that share one activation scale: 8 for the K-quants,
     /// whose activations llama.cpp quantizes as Q8_K (one scale per 256
@@ -84,8 +84,7 @@ impl Int8Repack {
     /// Activation level sums per 32-value block the kernels read: one per
     /// scale, so a kernel that folds each half of a block on its own (a
     /// scale per 16 values) removes each half's own offset or adds its own
-    /// min: Q2_K's per-16 mins, Q3_K's offset of 4, and Q6_K's signed
-    /// levels, which the u8-dot ISAs read as `level + 128`.
+    /// min: Q2_K's per-16 mins, Q3_K's offset of 4 and Q6_K's of 32.
     pub fn sums_per_block(&self) -> usize {
         self.scales_per_block
     }

@@ -250,8 +250,8 @@ impl I8Isa {
 
     /// Whether this ISA has kernels for `spec`'s weight format, and if not why.
     /// The SVE emitter (whole asm loops) has neither the codebook formats'
-    /// `lut`, the 5-bit unpack nor the min term: SVE machines run those on
-    /// i8mm or dotprod.
+    /// `lut`, the 5- and 6-bit unpacks nor the min term: SVE machines run
+    /// those on i8mm or dotprod.
     /// (A 256-bit SVE core with i8mm ranks i8mm first anyway, see
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
@@ -273,6 +273,8 @@ impl I8Isa {
                 "half-block fold"
             } else if spec.bits() == 5 {
                 "5-bit unpack"
+            } else if spec.bits() == 6 {
+                "6-bit unpack"
             } else if spec.bits() == 2 {
                 "2-bit unpack"
             } else if spec.bits() == 1 {

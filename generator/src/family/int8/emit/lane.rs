@@ -309,7 +309,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             for t in 0..t_sub {
                 let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
                 // 1-, 2- and 4-bit blocks accumulate in the template's block form
-                // (i16 pairs on maddubs ISAs); 5- and 8-bit ones directly in i32. Only
+                // (i16 pairs on maddubs ISAs); 5-, 6- and 8-bit ones directly in i32. Only
                 // unsigned levels carry a bias to remove (signed ones read as
                 // `level + 128` included).
                 // Masked high nibbles join their own accumulator first.
