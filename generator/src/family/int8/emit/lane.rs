@@ -4,7 +4,7 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, micro_fn, min_factors, min_term, nibble_split, GroupFold,
+    index_level, micro_fn, min_factors, min_term, nibble_split, six_bit_level, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -480,17 +480,7 @@ fn six_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> Vec<TokenStream> {
         for t in 0..t_sub {
             for (v, name) in [(2 * k, "lo"), (2 * k + 1, "hi")] {
                 let q = format_ident!("{}_{}", name, t);
-                let level = if v < 6 {
-                    let a = stored(v, t);
-                    quote! { ops::lo6(#a) }
-                } else {
-                    let (a, b, c) = (
-                        stored(3 * (v - 6), t),
-                        stored(3 * (v - 6) + 1, t),
-                        stored(3 * (v - 6) + 2, t),
-                    );
-                    quote! { ops::spill6(#a, #b, #c) }
-                };
+                let level = six_bit_level(v, 8, |s| stored(s, t));
                 block.extend(quote! { let #q = #level; });
             }
         }

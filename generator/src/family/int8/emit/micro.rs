@@ -37,6 +37,27 @@ pub(crate) fn geometry(p: &MicroSpec, isa: &I8Isa) -> (usize, usize) {
     )
 }
 
+/// The levels of 6-bit value chunk `v` of a block's `chunks` (the 8-bit
+/// layout's: 8 on lane layouts, 4 on pair ones), from `stored(s)`, the load
+/// of stored chunk `s`: a kept chunk masked (`lo6`), or a spill chunk
+/// merged from the three stored chunks that carry its bit pairs
+/// (`spill6`), as [`crate::layout::int8`] lays them out.
+pub(crate) fn six_bit_level(
+    v: usize,
+    chunks: usize,
+    stored: impl Fn(usize) -> TokenStream,
+) -> TokenStream {
+    let kept = 3 * chunks / 4;
+    if v < kept {
+        let a = stored(v);
+        quote! { ops::lo6(#a) }
+    } else {
+        let s = 3 * (v - kept);
+        let (a, b, c) = (stored(s), stored(s + 1), stored(s + 2));
+        quote! { ops::spill6(#a, #b, #c) }
+    }
+}
+
 /// Whether the kernel reads the plane of fifth bits through a pointer of its
 /// own (`wh`): on 5-bit pair layouts the plane's column groups are half as
 /// wide as the nibble chunks', so a sub-tile's offset differs between the

@@ -25,7 +25,7 @@
 
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    geometry, index_level, micro_fn, min_factors, min_term, nibble_split,
+    geometry, index_level, micro_fn, min_factors, min_term, nibble_split, six_bit_level,
 };
 use crate::family::int8::isa::I8Isa;
 use proc_macro2::{Literal, TokenStream};
@@ -52,15 +52,7 @@ fn load_weights(p: &MicroSpec, isa: &I8Isa, g: usize) -> TokenStream {
             quote! { ops::loadb(w.add(#off)) }
         };
         if p.spec.bits() == 6 {
-            // Value chunk `g`: stored chunk 0..3 masked, or chunk 3
-            // merged from the top bit pairs of all three.
-            let level = if g < 3 {
-                let a = stored(g);
-                quote! { ops::lo6(#a) }
-            } else {
-                let (a, b, c) = (stored(0), stored(1), stored(2));
-                quote! { ops::spill6(#a, #b, #c) }
-            };
+            let level = six_bit_level(g, value_chunks(p, isa), stored);
             out.extend(quote! { let #wv = #level; });
             continue;
         }
@@ -297,17 +289,19 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
         body.extend(quote! { let dx = ops::splatf(xd); });
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         let (sx, sb) = (format_ident!("sx"), format_ident!("sb"));
+        // This half's level sum where a block has two (per-16 scales), for
+        // the min term and the offset alike.
+        let c = if p.spec.sums_per_block() == 1 {
+            quote! { xc }
+        } else {
+            let h = lit(h);
+            quote! { xc.add(#h) }
+        };
         if mins {
             body.extend(min_factors(
                 signed,
                 Some(&format_ident!("dx")),
-                &if p.spec.sums_per_block() == 1 {
-                    quote! { ops::splat_pair(xc, xc) }
-                } else {
-                    // This half's sum (per-16 mins).
-                    let h = lit(h);
-                    quote! { ops::splat_pair(xc.add(#h), xc.add(#h)) }
-                },
+                &quote! { ops::splat_pair(#c, #c) },
                 &sx,
                 &sb,
             ));
@@ -318,13 +312,6 @@ pub(crate) fn micro_gemv(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             let (s, off) = (format_ident!("s_{}", v), lit(h * tw + 4 * v));
             let (mn, moff) = (format_ident!("mn_{}", v), lit((spb + h) * tw + 4 * v));
             let sum = if isa.removes_offset(&p.spec) {
-                // This half's sum where a block has two (per-16 scales).
-                let c = if p.spec.sums_per_block() == 1 {
-                    quote! { xc }
-                } else {
-                    let h = lit(h);
-                    quote! { xc.add(#h) }
-                };
                 quote! { ops::sub_bias(ops::pair_sum(#a, #b), #c, #c) }
             } else {
                 quote! { ops::pair_sum(#a, #b) }
@@ -413,41 +400,34 @@ pub(crate) fn micro_mmla(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream
         for q in 0..pairs {
             let (dx, row) = (format_ident!("dx_{}", q), lit(q));
             body.extend(quote! { let #dx = ops::loadf(xd.add(#row * ldb)); });
-            // The offset correction of rows 2q and 2q + 1 (xc holds one row of
-            // blocks per activation row, ldb / 4 apart): the odd row of a
-            // half pair is never stored, so it reuses the even row's.
-            let bias = isa.removes_offset(&p.spec).then(|| {
-                let (r0, r1) = (
-                    lit(2 * q),
-                    lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
-                );
-                match p.spec.sums_per_block() {
-                    1 => quote! { xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4)) },
-                    n => {
-                        // This half's sums (per-16 scales): n per block.
-                        let (n, h) = (lit(n), lit(h));
-                        quote! { xc.add(#r0 * (ldb / 4) * #n + #h), xc.add(#r1 * (ldb / 4) * #n + #h) }
-                    }
+            // The level sums of rows 2q and 2q + 1 (xc holds one row of
+            // blocks per activation row, ldb / 4 apart; with per-16 scales,
+            // this half's of the block's n): the odd row of a half pair is
+            // never stored, so it reuses the even row's.
+            let (r0, r1) = (
+                lit(2 * q),
+                lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
+            );
+            let (c0, c1) = match p.spec.sums_per_block() {
+                1 => (
+                    quote! { xc.add(#r0 * (ldb / 4)) },
+                    quote! { xc.add(#r1 * (ldb / 4)) },
+                ),
+                n => {
+                    let (n, h) = (lit(n), lit(h));
+                    (
+                        quote! { xc.add(#r0 * (ldb / 4) * #n + #h) },
+                        quote! { xc.add(#r1 * (ldb / 4) * #n + #h) },
+                    )
                 }
-            });
-            // With mins: the level sums of rows 2q and 2q + 1 as [c0, c0, c1, c1],
-            // the order of the 2x2 tile's rows.
+            };
+            // The offset correction of the row pair.
+            let bias = isa.removes_offset(&p.spec).then(|| quote! { #c0, #c1 });
+            // With mins: the sums as [c0, c0, c1, c1], the order of the 2x2
+            // tile's rows.
             let (sx, sb) = (format_ident!("sx_{}", q), format_ident!("sb_{}", q));
             if mins {
-                let (r0, r1) = (
-                    lit(2 * q),
-                    lit(if 2 * q + 1 < rows { 2 * q + 1 } else { 2 * q }),
-                );
-                let c = match p.spec.sums_per_block() {
-                    1 => {
-                        quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4)), xc.add(#r1 * (ldb / 4))) }
-                    }
-                    n => {
-                        // This half's sums (per-16 mins): n per block.
-                        let (n, h) = (lit(n), lit(h));
-                        quote! { ops::splat_pair(xc.add(#r0 * (ldb / 4) * #n + #h), xc.add(#r1 * (ldb / 4) * #n + #h)) }
-                    }
-                };
+                let c = quote! { ops::splat_pair(#c0, #c1) };
                 body.extend(min_factors(signed, Some(&dx), &c, &sx, &sb));
             }
             for t in 0..t_sub {
