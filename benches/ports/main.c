@@ -14,16 +14,20 @@ static double med5(double *v) { qsort(v, 5, sizeof *v, cmpd); return v[2]; }
 #define TARGET 0.3
 static _Alignas(64) unsigned char mem[192];
 
-// returns median (tsc ticks / core cycle) and core GHz, from 1e9 dependent adds
+// One clock reading: `it` iterations of the 100-add dependent chain (one add
+// per core cycle) give TSC ticks per core cycle and the core clock in GHz.
+static void clock_once(unsigned long it, double *ratio, double *ghz) {
+  double t0 = now(); unsigned long c0 = __rdtsc();
+  add_chain(it);
+  unsigned long c1 = __rdtsc(); double t1 = now();
+  *ratio = (double)(c1 - c0) / (it * 100.0); *ghz = it * 100.0 / (t1 - t0) / 1e9;
+}
+
+// The median of 5 readings of 1e9 adds, after a warm-up.
 static void calibrate(double *ratio, double *ghz) {
   double r[5], g[5]; unsigned long it = 10000000UL;  // 1e9 adds
   add_chain(it / 10);
-  for (int i = 0; i < 5; i++) {
-    double t0 = now(); unsigned long c0 = __rdtsc();
-    add_chain(it);
-    unsigned long c1 = __rdtsc(); double t1 = now();
-    r[i] = (double)(c1 - c0) / (it * 100.0); g[i] = it * 100.0 / (t1 - t0) / 1e9;
-  }
+  for (int i = 0; i < 5; i++) clock_once(it, &r[i], &g[i]);
   *ratio = med5(r); *ghz = med5(g);
 }
 
@@ -47,8 +51,7 @@ int main(int argc, char **argv) {
     double ct[5], cw[5];
     for (int i = 0; i < 5; i++) {
       // quick re-calibration (1e8 dependent adds, ~30 ms) right before each rep to track frequency drift
-      { double t0 = now(); unsigned long c0 = __rdtsc(); add_chain(1000000UL);
-        unsigned long c1 = __rdtsc(); double t1 = now(); ratio = (c1 - c0) / 1e8; ghz = 1e8 / (t1 - t0) / 1e9; }
+      clock_once(1000000UL, &ratio, &ghz);
       double t0 = now(); unsigned long c0 = __rdtsc();
       T->fn(it, mem);
       unsigned long c1 = __rdtsc(); double t1 = now();
