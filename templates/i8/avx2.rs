@@ -51,6 +51,13 @@ pub unsafe fn loadb(p: *const u8) -> I {
     _mm256_loadu_si256(p as *const __m256i)
 }
 
+/// Stores 32 level bytes: the scratch of levels GEMM kernels unpack once
+/// per tile and L1 block (kept only in those kernels).
+#[inline(always)]
+pub unsafe fn storeb(p: *mut u8, v: I) {
+    _mm256_storeu_si256(p as *mut __m256i, v)
+}
+
 /// Low nibbles, as unsigned bytes.
 #[inline(always)]
 pub unsafe fn nib_lo(w: I) -> I {

@@ -122,7 +122,37 @@ pub fn i8_plan_rows(target: &TargetDesc, plans: &[I8Plan]) -> Result<Vec<Row>, c
         })
         .collect();
     let k = KPerIter::Fixed(crate::format::ggml::QK);
-    Ok(rows_of("int8", &text, k, kernels))
+    let mut rows = rows_of("int8", &text, k, kernels);
+    // Kernels that dot a scratch of levels: the tile's unpack, its share
+    // per block, as the model costs it.
+    let file = parse(&text);
+    for (p, row) in plans.iter().zip(rows.iter_mut()) {
+        let scratch = I8Isa::by_name(p.isa)
+            .is_some_and(|isa| crate::family::int8::emit::micro::scratch_levels(&p.spec, &isa));
+        let (Ok(ops), true) = (row.result.as_mut(), scratch) else {
+            continue;
+        };
+        let site = Site {
+            module: &row.kernel,
+            micro: "unpack",
+            k,
+            rows: 1,
+            cols: p.tile.t_u * p.lanes,
+        };
+        match file
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|f| count_kernel(f, &site))
+        {
+            Ok(u) => {
+                ops.per_iter +=
+                    crate::family::int8::model::unpack_share(u.per_iter, &p.spec, p.tile);
+                ops.unclassified.extend(u.unclassified);
+            }
+            Err(e) => row.result = Err(e),
+        }
+    }
+    Ok(rows)
 }
 
 /// A figure from the Arm paper (Q4_0 on Neoverse V1, loads not counted).

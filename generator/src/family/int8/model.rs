@@ -1,6 +1,7 @@
 //! The int8 family's performance model and planner: register budget,
 //! L1 footprint, roofline, and the tile and block search.
 
+use crate::family::int8::emit::micro::scratch_levels;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::{micro, ops_items};
 use crate::family::int8::isa::I8Isa;
@@ -70,6 +71,11 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // The SVE emitter's own register map (activations share scratch).
         return crate::family::int8::emit::sve::registers(spec.bits(), tile.t_sub, tile.m_r);
     }
+    if scratch_levels(spec, isa) {
+        // Levels loaded unpacked: each column group's level pair, two
+        // activation vectors and the word of ones; no masks or planes.
+        return accumulators + 2 * tile.t_sub + 2 + 1;
+    }
     // Codebook and grid kernels keep their tables in registers too.
     accumulators
         + weights
@@ -92,14 +98,16 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
 /// cached for the process (the whole gen-snapshot run, ~300 `kgen`
 /// invocations, went from 5.4 s to 10.5 s).
 pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
-    type Key = (&'static str, &'static str, bool, usize, usize, usize);
+    type Key = (&'static str, &'static str, usize, usize, usize, usize);
     static COUNTS: OnceLock<Mutex<HashMap<Key, BlockCount>>> = OnceLock::new();
-    static PRIMS: OnceLock<Mutex<HashMap<(&'static str, &'static str), Primitives>>> =
-        OnceLock::new();
+    // The primitives differ between a format's GEMV and its scratch GEMM
+    // (`storeb`): keyed by ISA, format and whether it reads a scratch.
+    type PrimKey = (&'static str, &'static str, bool);
+    static PRIMS: OnceLock<Mutex<HashMap<PrimKey, Primitives>>> = OnceLock::new();
     let key = (
         isa.name,
         spec.format.tag,
-        spec.op == Op::Gemv,
+        spec.op.rows(),
         tile.t_u,
         tile.t_sub,
         tile.m_r,
@@ -113,7 +121,7 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        all.entry((isa.name, spec.format.tag))
+        all.entry((isa.name, spec.format.tag, scratch_levels(spec, isa)))
             .or_insert_with(|| {
                 let items = ops_items(spec, isa).unwrap_or_else(|e| {
                     panic!("{} template for {}: {e}", isa.name, spec.format_tag())
@@ -150,15 +158,48 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
             tile.t_sub
         )
     });
-    let c = BlockCount {
+    let mut c = BlockCount {
         counts: k.per_iter,
         approximate: !k.unclassified.is_empty(),
     };
+    if scratch_levels(spec, isa) {
+        // The tile's unpack, once per block for every row group and
+        // column sub-tile of the GEMM's rows.
+        let tokens = crate::family::int8::emit::lane::unpack_fn(&micro_spec, isa);
+        let site = Site {
+            micro: "unpack",
+            rows: 1,
+            cols: tile.t_u * isa.lanes,
+            ..site
+        };
+        let unpack = syn::parse2::<syn::ItemFn>(tokens)
+            .map_err(|e| e.to_string())
+            .and_then(|f| count_micro(&prims, &f, &site).map_err(|e| e.0))
+            .unwrap_or_else(|e| panic!("counting {} {} unpack: {e}", isa.name, spec.format_tag()));
+        c.counts += unpack_share(unpack.per_iter, spec, tile);
+        c.approximate |= !unpack.unclassified.is_empty();
+    }
     counts
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(key, c);
     c
+}
+
+/// One micro kernel block's share of a scratch GEMM's `unpack` (its block
+/// loop `unpack`): the micro kernel calls of one tile and L1 block, the
+/// GEMM's row groups times the tile's sub-tiles, share it; rounded up.
+pub fn unpack_share(unpack: Counts, spec: &I8Spec, tile: I8Tile) -> Counts {
+    let calls = (spec.op.rows().div_ceil(tile.m_r) * tile.t_u / tile.t_sub) as u64;
+    let share = |n: u64| n.div_ceil(calls);
+    Counts {
+        ops: share(unpack.ops),
+        loads: share(unpack.loads),
+        bcast: share(unpack.bcast),
+        stores: share(unpack.stores),
+        mac: share(unpack.mac),
+        dot: share(unpack.dot),
+    }
 }
 
 /// [`block_counts`]' result.

@@ -4,7 +4,8 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, micro_fn, min_factors, min_term, nibble_split, six_bit_level, GroupFold,
+    index_level, micro_fn, min_factors, min_term, nibble_split, scratch_levels, six_bit_level,
+    GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -106,7 +107,15 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let scales_per_block = p.spec.scales_per_block();
     let hi16 = masked_high_nibbles(&p.spec, isa);
     let mut halves: Vec<TokenStream> = Vec::new();
-    if p.spec.bits() == 5 {
+    if scratch_levels(&p.spec, isa) {
+        // Levels the driver unpacked: value chunk `v` of column group `t`
+        // at the 8-bit layout's offset.
+        halves = level_parts(p, isa, rows, |v, t| {
+            let off = lit((v * t_u + t) * chunk);
+            quote! { ops::loadb(w.add(#off)) }
+        });
+        block = halves.pop().expect("a block has a part");
+    } else if p.spec.bits() == 5 {
         block = five_bit_block(p, isa, rows);
     } else if p.spec.bits() == 6 {
         halves = six_bit_block(p, isa, rows);
@@ -463,12 +472,25 @@ fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
 /// needed: the fences hold `w` on the ISAs whose compilers would otherwise
 /// keep the first half's chunks live through the second.
 fn six_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> Vec<TokenStream> {
-    let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
-    let chunk = 4 * p.lanes;
-    let stored = |s: usize, t: usize| {
-        let off = lit((s * t_u + t) * chunk);
-        quote! { ops::loadb(w.add(#off)) }
-    };
+    let (t_u, chunk) = (p.tile.t_u, 4 * p.lanes);
+    level_parts(p, isa, rows, |v, t| {
+        six_bit_level(v, 8, |s| {
+            let off = lit((s * t_u + t) * chunk);
+            quote! { ops::loadb(w.add(#off)) }
+        })
+    })
+}
+
+/// A block of unsigned levels below 64, one part per scale: value chunks
+/// `2k` and `2k + 1` of each column group (`level(v, t)`) dotted in pairs
+/// by [`pair_dots`].
+fn level_parts(
+    p: &MicroSpec,
+    isa: &I8Isa,
+    rows: usize,
+    level: impl Fn(usize, usize) -> TokenStream,
+) -> Vec<TokenStream> {
+    let t_sub = p.tile.t_sub;
     // Chunk pairs per scale: 4, or 2 with a scale per 16 values.
     let per_part = 4 / p.spec.scales_per_block();
     let mut parts = vec![TokenStream::new()];
@@ -480,13 +502,68 @@ fn six_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> Vec<TokenStream> {
         for t in 0..t_sub {
             for (v, name) in [(2 * k, "lo"), (2 * k + 1, "hi")] {
                 let q = format_ident!("{}_{}", name, t);
-                let level = six_bit_level(v, 8, |s| stored(s, t));
-                block.extend(quote! { let #q = #level; });
+                let l = level(v, t);
+                block.extend(quote! { let #q = #l; });
             }
         }
         block.extend(pair_dots(isa, rows, t_sub, k));
     }
     parts
+}
+
+/// `unpack(w, dst, blocks)`, the scratch filler of kernels that read
+/// their levels from one ([`scratch_levels`]): per 32-value block of a
+/// whole tile (`t_u` column groups), its 8 value chunks as unsigned bytes
+/// at the 8-bit layout's offsets, unpacked by the same primitives the
+/// in-register kernels use (5-bit `hb_lo` / `hb_hi`, 6-bit `lo6` /
+/// `spill6`).
+pub(crate) fn unpack_fn(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
+    let (t_u, chunk) = (p.tile.t_u, 4 * p.lanes);
+    let at = |c: usize, t: usize| lit((c * t_u + t) * chunk);
+    let mut body = TokenStream::new();
+    let store = |v: usize, t: usize, level: TokenStream| {
+        let off = at(v, t);
+        quote! { ops::storeb(dst.add(#off), #level); }
+    };
+    for t in 0..t_u {
+        if p.spec.bits() == 5 {
+            let h = at(4, t);
+            body.extend(quote! { let h = ops::loadb(w.add(#h)); });
+            for g in 0..4 {
+                let (gl, off) = (proc_macro2::Literal::i32_unsuffixed(g as i32), at(g, t));
+                body.extend(quote! { let wg = ops::loadb(w.add(#off)); });
+                body.extend(store(2 * g, t, quote! { ops::hb_lo::<#gl>(wg, h) }));
+                body.extend(store(2 * g + 1, t, quote! { ops::hb_hi::<#gl>(wg, h) }));
+            }
+        } else {
+            for v in 0..8 {
+                let level = six_bit_level(v, 8, |s| {
+                    let off = at(s, t);
+                    quote! { ops::loadb(w.add(#off)) }
+                });
+                body.extend(store(v, t, level));
+            }
+        }
+    }
+    let (wstep, dstep) = (
+        lit(4 * p.spec.bits() as usize * t_u * p.lanes),
+        lit(32 * t_u * p.lanes),
+    );
+    let attrs = crate::family::int8::emit::micro::fn_attrs(isa);
+    quote! {
+        /// One tile's levels of `blocks` 32-value blocks, unpacked into `dst`
+        /// (the 8-bit layout's chunks) for the micro kernels to dot.
+        #attrs
+        unsafe fn unpack(mut w: *const u8, mut dst: *mut u8, blocks: usize) {
+            unsafe {
+                for _ in 0..blocks {
+                    #body
+                    w = w.add(#wstep);
+                    dst = dst.add(#dstep);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -543,8 +620,9 @@ mod tests {
     }
 
     /// 6-bit (Q6_K) on every lane ISA: per column group and block six
-    /// masked chunks and two spill merges, four `dot2_u` per row, one fence
-    /// per chunk pair, and each half's offset removed with its own sum.
+    /// masked chunks and two spill merges (none where the GEMM reads a
+    /// scratch of levels), four `dot2_u` per row, one fence per chunk
+    /// pair, and each half's offset removed with its own sum.
     #[test]
     fn six_bit_kernels_mask_kept_chunks_and_merge_spills() {
         use crate::family::int8::isa::AVXVNNI;
@@ -552,8 +630,10 @@ mod tests {
             for (op, rows) in [(Op::Gemv, 1), (Op::Gemm { m: 32 }, 3)] {
                 let k = emitted_op(isa, "q6_k", 2, rows, op);
                 let n = |pat: &str| k.matches(pat).count();
-                assert_eq!(n("ops :: lo6"), 6 * 2, "{} lo6", isa.name);
-                assert_eq!(n("ops :: spill6"), 2 * 2, "{} spill6", isa.name);
+                let spec = I8Spec::from_tag(op, "q6_k").expect("format");
+                let unpacks = usize::from(!scratch_levels(&spec, isa));
+                assert_eq!(n("ops :: lo6"), 6 * 2 * unpacks, "{} lo6", isa.name);
+                assert_eq!(n("ops :: spill6"), 2 * 2 * unpacks, "{} spill6", isa.name);
                 assert_eq!(n("ops :: dot2_u"), 4 * 2 * rows, "{} dot2_u", isa.name);
                 assert_eq!(n("ops :: subi"), 2 * 2 * rows, "{} subi", isa.name);
                 for h in 0..2 {
@@ -565,6 +645,66 @@ mod tests {
                     assert_eq!(n("asm !"), 4, "{} fences", isa.name);
                 }
             }
+        }
+    }
+
+    /// 5- and 6-bit GEMMs on AVX2 read their levels from the scratch the
+    /// driver fills: 8 plain loads per column group and block, four
+    /// `dot2_u` per row and column group, no unpack in the micro kernel;
+    /// `unpack` stores the 8 value chunks of every column group of the
+    /// tile per block with the in-register kernels' primitives. GEMVs and
+    /// the other ISAs keep the unpack in the micro kernel.
+    #[test]
+    fn five_and_six_bit_gemms_on_avx2_dot_a_scratch_of_levels() {
+        for (tag, unpack_prim) in [
+            ("q5_0", "ops :: hb_lo"),
+            ("q5_1", "ops :: hb_lo"),
+            ("q5_k", "ops :: hb_lo"),
+            ("q6_k", "ops :: lo6"),
+        ] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(scratch_levels(&spec, &AVX2), "{tag}");
+            for (t_u, t_sub, rows) in [(2, 2, 2), (2, 1, 4), (3, 1, 1)] {
+                let p = MicroSpec {
+                    spec,
+                    tile: I8Tile {
+                        t_u,
+                        t_sub,
+                        m_r: rows,
+                    },
+                    lanes: AVX2.lanes,
+                };
+                let k = micro_kernel(&p, &AVX2, rows).to_string();
+                let n = |pat: &str| k.matches(pat).count();
+                assert_eq!(n("ops :: loadb (w . add"), 8 * t_sub, "{tag} loads");
+                assert_eq!(n("ops :: dot2_u"), 4 * t_sub * rows, "{tag} dots");
+                for prim in ["hb_lo", "hb_hi", "lo6", "spill6", "nib_lo"] {
+                    assert!(!k.contains(prim), "{tag} {prim} in the micro kernel");
+                }
+                // A block of the scratch: 32 bytes per column.
+                let step = format!("w = w . add ({})", 32 * t_u * AVX2.lanes);
+                assert!(k.contains(&step), "{tag} {step}");
+                let u = unpack_fn(&p, &AVX2).to_string();
+                assert_eq!(u.matches("ops :: storeb").count(), 8 * t_u, "{tag} stores");
+                assert!(u.contains(unpack_prim), "{tag} unpack");
+                for v in 0..8 {
+                    for t in 0..t_u {
+                        let at = format!("dst . add ({})", (v * t_u + t) * 4 * AVX2.lanes);
+                        assert!(u.contains(&at), "{tag} {at}");
+                    }
+                }
+            }
+            let gemv = emitted_op(&AVX2, tag, 2, 1, Op::Gemv);
+            assert!(gemv.contains(unpack_prim), "{tag} GEMV unpacks in place");
+            assert!(
+                emitted(&AVX512VNNI, tag, 2, 2).contains(unpack_prim),
+                "{tag}"
+            );
+            assert!(emitted(&DOTPROD, tag, 2, 2).contains(unpack_prim), "{tag}");
+        }
+        for tag in ["q4_0", "q4_k", "q2_k", "q8_0", "iq4_nl"] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(!scratch_levels(&spec, &AVX2), "{tag}");
         }
     }
 

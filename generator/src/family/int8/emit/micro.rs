@@ -58,6 +58,30 @@ pub(crate) fn six_bit_level(
     }
 }
 
+/// Whether `spec`'s kernels on `isa` read their levels from a scratch the
+/// driver fills once per tile and L1 block ([`I8Isa::scratch_levels`]):
+/// GEMMs of 5- and 6-bit formats on lane layouts. The scratch holds each
+/// block's 8 value chunks as unsigned bytes, at the 8-bit layout's
+/// offsets (`(v * t_u + t) * chunk`), so the micro kernel's `w` steps by
+/// 32 bytes per column and block.
+pub(crate) fn scratch_levels(spec: &I8Spec, isa: &I8Isa) -> bool {
+    isa.scratch_levels
+        && isa.group_bytes == 4
+        && isa.sve_bits.is_none()
+        && spec.op != crate::spec::Op::Gemv
+        && matches!(spec.bits(), 5 | 6)
+}
+
+/// Bits per weight of a block the micro kernel's `w` walks: the layout's,
+/// or 8 on a scratch of levels.
+pub(crate) fn walked_bits(spec: &I8Spec, isa: &I8Isa) -> usize {
+    if scratch_levels(spec, isa) {
+        8
+    } else {
+        spec.bits() as usize
+    }
+}
+
 /// Whether the kernel reads the plane of fifth bits through a pointer of its
 /// own (`wh`): on 5-bit pair layouts the plane's column groups are half as
 /// wide as the nibble chunks', so a sub-tile's offset differs between the
@@ -98,7 +122,7 @@ pub(crate) fn micro_fn(
     let fname = format_ident!("micro_r{}", rows);
     // A block of the tile: 4 bits bytes per column.
     let (wstep, sstep) = (
-        lit(4 * p.spec.bits() as usize * p.tile.t_u * p.lanes),
+        lit(4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes),
         lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));

@@ -158,6 +158,11 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let m = MicroSpec::from(p);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro(&m, &isa, r)).collect();
     let driver = driver(p, &isa);
+    let unpack = if crate::family::int8::emit::micro::scratch_levels(&p.spec, &isa) {
+        crate::family::int8::emit::lane::unpack_fn(&m, &isa)
+    } else {
+        TokenStream::new()
+    };
     let cfg = crate::emit::arch_cfg(isa.arch);
     let tf = crate::emit::target_feature_attr(isa.features);
     let features = isa.features;
@@ -215,6 +220,8 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
 
             #(#micro)*
 
+            #unpack
+
             #driver
 
             /// `y = x W` for `m` rows over panels `panel_begin..panel_end`.
@@ -255,6 +262,11 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     five_bit_items(&mut items, spec, isa)?;
     six_bit_items(&mut items, spec, isa)?;
     two_bit_items(&mut items, spec, isa)?;
+    if crate::family::int8::emit::micro::scratch_levels(spec, isa) {
+        require(&items, &["storeb"], spec, isa)?;
+    } else {
+        items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
+    }
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
     } else {
@@ -487,6 +499,67 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     } else {
         (lit(1), lit(1))
     };
+    // Row group `r`'s activations, and the micro kernel call of its rows.
+    let row_ptrs = quote! {
+        let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), #xc_row);
+    };
+    let call = quote! {
+        match rows {
+            #m_r => #full(wt, #wh_arg st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),
+            #(#arms)*
+            _ => unreachable!(),
+        }
+    };
+    let per_block = if crate::family::int8::emit::micro::scratch_levels(&p.spec, isa) {
+        // Tiles outside the row groups: a tile's levels are unpacked once
+        // into `scratch` (L1) and every row group of the block dots them.
+        quote! {
+            for tile in 0..pw / #tw {
+                let base = cols_before + tile * #tw * nb;
+                unpack(w.add(base * #block_bytes), scratch.as_mut_ptr(), nb);
+                for sub in 0..#subs {
+                    let c = p * T_B + tile * #tw + sub * #sub_cols;
+                    let wt = scratch.as_ptr().add(sub * #sub_bytes);
+                    let st = sc.add(#scale_base + sub * #sub_cols);
+                    let mut r = 0;
+                    while r < m {
+                        let rows = #m_r.min(m - r);
+                        #row_ptrs
+                        let yr = y.add(r * ldy + c);
+                        #call
+                        r += rows;
+                    }
+                }
+            }
+        }
+    } else {
+        // Row groups outside the tiles: a group's activations (m_r x m_b
+        // bytes) stay in L1 while the panel's weight block streams past
+        // them once per group.
+        quote! {
+            let mut r = 0;
+            while r < m {
+                let rows = #m_r.min(m - r);
+                #row_ptrs
+                for idx in 0..pw / #tw * #subs {
+                    let (tile, sub) = (idx / #subs, idx % #subs);
+                    let c = p * T_B + tile * #tw + sub * #sub_cols;
+                    let base = cols_before + tile * #tw * nb;
+                    let wt = w.add(base * #block_bytes + sub * #sub_bytes);
+                    #wh_let
+                    let st = sc.add(#scale_base + sub * #sub_cols);
+                    let yr = y.add(r * ldy + c);
+                    #call
+                }
+                r += rows;
+            }
+        }
+    };
+    // One tile's levels of the L1 block, 32 bytes per column and block.
+    let scratch = crate::family::int8::emit::micro::scratch_levels(&p.spec, isa).then(|| {
+        let bytes = lit(p.block.m_b / 32 * 32 * p.tile.t_u * p.lanes);
+        quote! { let mut scratch = [0u8; #bytes]; }
+    });
     quote! {
         #attrs
         unsafe fn body(
@@ -503,35 +576,14 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                 for r in 0..m {
                     core::ptr::write_bytes(y.add(r * ldy + c_begin), 0, c_end - c_begin);
                 }
+                #scratch
                 for p in panel_begin..panel_end {
                     let pw = T_B.min(n_pad - p * T_B);
                     for kb in 0..k_blocks {
                         let nb = per_kb.min(blocks - kb * per_kb);
                         let cols_before = p * T_B * blocks + kb * per_kb * pw;
                         let b0 = kb * per_kb;
-                        // Row groups outside the tiles: a group's activations
-                        // (m_r x m_b bytes) stay in L1 while the panel's
-                        // weight block streams past them once per group.
-                        let mut r = 0;
-                        while r < m {
-                            let rows = #m_r.min(m - r);
-                            let (xr, xdr, xcr) = (xq.add(#pairs * ldx + b0 * #xs), xd.add(#pairs * ldb + b0 * #bs), #xc_row);
-                            for idx in 0..pw / #tw * #subs {
-                                let (tile, sub) = (idx / #subs, idx % #subs);
-                                let c = p * T_B + tile * #tw + sub * #sub_cols;
-                                let base = cols_before + tile * #tw * nb;
-                                let wt = w.add(base * #block_bytes + sub * #sub_bytes);
-                                #wh_let
-                                let st = sc.add(#scale_base + sub * #sub_cols);
-                                let yr = y.add(r * ldy + c);
-                                match rows {
-                                    #m_r => #full(wt, #wh_arg st, xr, xdr, xcr, yr, ldx, ldb, ldy, nb),
-                                    #(#arms)*
-                                    _ => unreachable!(),
-                                }
-                            }
-                            r += rows;
-                        }
+                        #per_block
                     }
                 }
             }
