@@ -68,14 +68,14 @@ pub struct I8Isa {
     /// per dot. Not on AVX2, whose maddubs sums pairs into saturating i16.
     pub unsigned_dot: bool,
     /// GEMM kernels of 5- and 6-bit formats unpack each tile's levels
-    /// once per L1 block into a scratch of bytes (the 8-bit layout's value
-    /// chunks) and every row group of the block dots those, so the unpack
-    /// (9 ops per chunk pair for 5-bit, 22 per block for 6-bit on AVX2) is
-    /// paid once per block instead of once per `m_r` rows, and the masks and
-    /// planes leave the registers to a fourth row. Set where it was
-    /// measured faster: AVX2 on Zen 3 (Q5_K and Q6_K GEMM m=32/128, 1.2 to
-    /// 1.3x). The other lane ISAs keep the in-register unpack until
-    /// measured on their hardware.
+    /// once per L1 block (at most 1024 values) into a scratch of bytes (the 8-bit layout's
+    /// value chunks) and every row group dots those, so the unpack (9 ops
+    /// per chunk pair for 5-bit, 22 per block for 6-bit on AVX2) is paid
+    /// once per block instead of once per `m_r` rows, and the masks and
+    /// planes leave the registers (AVX2 5-bit: 3x8 tiles become 2x16). Set
+    /// where it was measured faster: AVX2 on Zen 3 (Q5_0, Q5_1, Q5_K, Q6_K
+    /// GEMM m=32/128, 1.14 to 1.29x). The other lane ISAs keep the
+    /// in-register unpack until measured on their hardware.
     pub scratch_levels: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets

@@ -27,6 +27,8 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// mask, word of ones; 5-bit: and the fifth-bit mask; 6-bit: two masks of
 /// the spill merge; 8-bit on the u8-dot
 /// ISAs: the sign-bit mask of `flip`, in place of the two they do not use).
+/// Kernels that dot a scratch of levels hold no masks or planes: each
+/// column group's level pair, two activation vectors and the word of ones.
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     // A grid kernel's tables: one per index field of a nibble.
     let grid_tables = if spec.grid() {
@@ -91,14 +93,18 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
 /// Instructions of one 32-value block of `tile`'s micro kernel (all its
 /// `m_r` rows and `t_sub` column groups), counted from the kernel the
 /// emitter writes ([`crate::opcount`]): the counts `kgen plan --explain`
-/// prints, so the model and the report cannot disagree.
+/// prints, so the model and the report cannot disagree. Kernels that dot a
+/// scratch of levels add their share of the tile's `unpack`
+/// ([`unpack_share`]).
 ///
 /// A plan ranks up to a few dozen tiles per ISA and every count starts from
 /// the parsed template, so the counts (and each ISA's parsed primitives) are
 /// cached for the process (the whole gen-snapshot run, ~300 `kgen`
 /// invocations, went from 5.4 s to 10.5 s).
 pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
-    type Key = (&'static str, &'static str, usize, usize, usize, usize);
+    // The op and its rows: a GEMM's unpack share depends on m, and a GEMM
+    // of one row is not the GEMV.
+    type Key = (&'static str, &'static str, bool, usize, usize, usize, usize);
     static COUNTS: OnceLock<Mutex<HashMap<Key, BlockCount>>> = OnceLock::new();
     // The primitives differ between a format's GEMV and its scratch GEMM
     // (`storeb`): keyed by ISA, format and whether it reads a scratch.
@@ -107,6 +113,7 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
     let key = (
         isa.name,
         spec.format.tag,
+        spec.op == Op::Gemv,
         spec.op.rows(),
         tile.t_u,
         tile.t_sub,

@@ -472,12 +472,16 @@ fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
 /// needed: the fences hold `w` on the ISAs whose compilers would otherwise
 /// keep the first half's chunks live through the second.
 fn six_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> Vec<TokenStream> {
+    level_parts(p, isa, rows, |v, t| six_bit_at(p, v, t))
+}
+
+/// The 6-bit levels of value chunk `v` of column group `t` of the block
+/// at `w` ([`six_bit_level`] over the lane layout's stored chunks).
+fn six_bit_at(p: &MicroSpec, v: usize, t: usize) -> TokenStream {
     let (t_u, chunk) = (p.tile.t_u, 4 * p.lanes);
-    level_parts(p, isa, rows, |v, t| {
-        six_bit_level(v, 8, |s| {
-            let off = lit((s * t_u + t) * chunk);
-            quote! { ops::loadb(w.add(#off)) }
-        })
+    six_bit_level(v, 8, |s| {
+        let off = lit((s * t_u + t) * chunk);
+        quote! { ops::loadb(w.add(#off)) }
     })
 }
 
@@ -512,7 +516,8 @@ fn level_parts(
 }
 
 /// `unpack(w, dst, blocks)`, the scratch filler of kernels that read
-/// their levels from one ([`scratch_levels`]): per 32-value block of a
+/// their levels from one ([`scratch_levels`]; the driver calls it for at
+/// most `SCRATCH_BLOCKS` blocks at a time): per 32-value block of a
 /// whole tile (`t_u` column groups), its 8 value chunks as unsigned bytes
 /// at the 8-bit layout's offsets, unpacked by the same primitives the
 /// in-register kernels use (5-bit `hb_lo` / `hb_hi`, 6-bit `lo6` /
@@ -537,11 +542,7 @@ pub(crate) fn unpack_fn(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
             }
         } else {
             for v in 0..8 {
-                let level = six_bit_level(v, 8, |s| {
-                    let off = at(s, t);
-                    quote! { ops::loadb(w.add(#off)) }
-                });
-                body.extend(store(v, t, level));
+                body.extend(store(v, t, six_bit_at(p, v, t)));
             }
         }
     }
@@ -664,6 +665,9 @@ mod tests {
         ] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(scratch_levels(&spec, &AVX2), "{tag}");
+            // One row would share the unpack with nothing.
+            let one = I8Spec::from_tag(Op::Gemm { m: 1 }, tag).expect("format");
+            assert!(!scratch_levels(&one, &AVX2), "{tag} m=1");
             for (t_u, t_sub, rows) in [(2, 2, 2), (2, 1, 4), (3, 1, 1)] {
                 let p = MicroSpec {
                     spec,

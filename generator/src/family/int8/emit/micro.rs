@@ -59,18 +59,28 @@ pub(crate) fn six_bit_level(
 }
 
 /// Whether `spec`'s kernels on `isa` read their levels from a scratch the
-/// driver fills once per tile and L1 block ([`I8Isa::scratch_levels`]):
-/// GEMMs of 5- and 6-bit formats on lane layouts. The scratch holds each
-/// block's 8 value chunks as unsigned bytes, at the 8-bit layout's
-/// offsets (`(v * t_u + t) * chunk`), so the micro kernel's `w` steps by
-/// 32 bytes per column and block.
+/// driver fills once per tile and [`SCRATCH_BLOCKS`] blocks
+/// ([`I8Isa::scratch_levels`]): GEMMs of more than one row for 5- and
+/// 6-bit formats on lane layouts (with one row nothing would share the
+/// unpack). The scratch holds each block's 8 value chunks as unsigned
+/// bytes, at the 8-bit layout's offsets (`(v * t_u + t) * chunk`), so the
+/// micro kernel's `w` steps by 32 bytes per column and block.
 pub(crate) fn scratch_levels(spec: &I8Spec, isa: &I8Isa) -> bool {
     isa.scratch_levels
         && isa.group_bytes == 4
         && isa.sve_bits.is_none()
-        && spec.op != crate::spec::Op::Gemv
+        && spec.op.rows() > 1
         && matches!(spec.bits(), 5 | 6)
 }
+
+/// Most blocks one fill of the scratch of levels covers (and its stack
+/// size): 1024 values, 16 KiB for a 16-column tile, whatever the L1
+/// block's `m_b`. A multiple of the K-quants' activation scale group (8
+/// blocks), since the micro kernels start every call at a group boundary.
+/// Fills of whole L1 blocks (16 to 32 blocks on the runtime's AVX2
+/// kernels) measured 5 to 15% faster than fills of 8 (Zen 3, Q5_0 / Q5_K
+/// / Q6_K GEMM m=8..128): longer micro kernel runs per call.
+pub(crate) const SCRATCH_BLOCKS: usize = 32;
 
 /// Bits per weight of a block the micro kernel's `w` walks: the layout's,
 /// or 8 on a scratch of levels.
@@ -120,7 +130,8 @@ pub(crate) fn micro_fn(
     group: Option<GroupFold>,
 ) -> TokenStream {
     let fname = format_ident!("micro_r{}", rows);
-    // A block of the tile: 4 bits bytes per column.
+    // A block of the tile: 4 bits bytes per column (8 bits on a scratch of
+    // levels, `walked_bits`).
     let (wstep, sstep) = (
         lit(4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes),
         lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),

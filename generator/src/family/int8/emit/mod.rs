@@ -510,25 +510,35 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
             _ => unreachable!(),
         }
     };
-    let per_block = if crate::family::int8::emit::micro::scratch_levels(&p.spec, isa) {
-        // Tiles outside the row groups: a tile's levels are unpacked once
-        // into `scratch` (L1) and every row group of the block dots them.
+    let scratch_levels = crate::family::int8::emit::micro::scratch_levels(&p.spec, isa);
+    let per_block = if scratch_levels {
+        // Tiles outside the row groups: a tile's levels of up to
+        // SCRATCH_BLOCKS blocks (`nb` below) are unpacked once into
+        // `scratch`, and every row group dots them; `base` and `b0` move
+        // to the first of those blocks.
+        let most = lit(crate::family::int8::emit::micro::SCRATCH_BLOCKS);
         quote! {
+            let (kb_blocks, kb_b0) = (nb, b0);
             for tile in 0..pw / #tw {
-                let base = cols_before + tile * #tw * nb;
-                unpack(w.add(base * #block_bytes), scratch.as_mut_ptr(), nb);
-                for sub in 0..#subs {
-                    let c = p * T_B + tile * #tw + sub * #sub_cols;
-                    let wt = scratch.as_ptr().add(sub * #sub_bytes);
-                    let st = sc.add(#scale_base + sub * #sub_cols);
-                    let mut r = 0;
-                    while r < m {
-                        let rows = #m_r.min(m - r);
-                        #row_ptrs
-                        let yr = y.add(r * ldy + c);
-                        #call
-                        r += rows;
+                let mut j = 0;
+                while j < kb_blocks {
+                    let nb = #most.min(kb_blocks - j);
+                    let (base, b0) = (cols_before + tile * #tw * kb_blocks + j * #tw, kb_b0 + j);
+                    unpack(w.add(base * #block_bytes), scratch.0.as_mut_ptr(), nb);
+                    for sub in 0..#subs {
+                        let c = p * T_B + tile * #tw + sub * #sub_cols;
+                        let wt = scratch.0.as_ptr().add(sub * #sub_bytes);
+                        let st = sc.add(#scale_base + sub * #sub_cols);
+                        let mut r = 0;
+                        while r < m {
+                            let rows = #m_r.min(m - r);
+                            #row_ptrs
+                            let yr = y.add(r * ldy + c);
+                            #call
+                            r += rows;
+                        }
                     }
+                    j += nb;
                 }
             }
         }
@@ -555,10 +565,16 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
             }
         }
     };
-    // One tile's levels of the L1 block, 32 bytes per column and block.
-    let scratch = crate::family::int8::emit::micro::scratch_levels(&p.spec, isa).then(|| {
-        let bytes = lit(p.block.m_b / 32 * 32 * p.tile.t_u * p.lanes);
-        quote! { let mut scratch = [0u8; #bytes]; }
+    // One tile's levels of SCRATCH_BLOCKS blocks, 32 bytes per column and
+    // block, aligned for whole-vector loads.
+    let scratch = scratch_levels.then(|| {
+        let blocks = crate::family::int8::emit::micro::SCRATCH_BLOCKS.min(p.block.m_b / 32);
+        let bytes = lit(blocks * 32 * p.tile.t_u * p.lanes);
+        quote! {
+            #[repr(align(64))]
+            struct Scratch([u8; #bytes]);
+            let mut scratch = Scratch([0u8; #bytes]);
+        }
     });
     quote! {
         #attrs
