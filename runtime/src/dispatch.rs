@@ -365,6 +365,7 @@ mod tests {
             Family::Int8 => FamilyParams::Int8(Int8Params {
                 group_bytes: 4,
                 signed: false,
+                int_scales: false,
                 row_pairs: false,
                 run: i8_run,
             }),

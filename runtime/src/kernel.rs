@@ -66,6 +66,9 @@ pub struct Int8Params {
     pub group_bytes: usize,
     /// 4-bit levels stored as signed nibbles (activation scales carry 1/16).
     pub signed: bool,
+    /// The scale stream keeps the format's integer sub-scales
+    /// (`I8Layout::int_sub_scales`: Q2_K on AVX2).
+    pub int_scales: bool,
     /// Reads activation rows interleaved in pairs (`ActFormat::row_pairs`).
     pub row_pairs: bool,
     pub run: Int8RunFn,
@@ -174,7 +177,8 @@ impl KernelEntry {
             && match (&self.params, &other.params) {
                 (FamilyParams::F32(a), FamilyParams::F32(b)) => a.group == b.group,
                 (FamilyParams::Int8(a), FamilyParams::Int8(b)) => {
-                    (a.group_bytes, a.signed) == (b.group_bytes, b.signed)
+                    (a.group_bytes, a.signed, a.int_scales)
+                        == (b.group_bytes, b.signed, b.int_scales)
                 }
                 _ => false,
             }

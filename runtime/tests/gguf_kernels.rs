@@ -75,7 +75,8 @@ fn q5_0_gguf_py_tensors_on_every_isa_match_the_oracle() {
                 let mut y = vec![f32::NAN; rows * e.n];
                 qm.gemm(&x, rows, &mut y).unwrap();
                 let what = format!("{} {} rows {rows}", e.name, qm.gemm_kernel().name);
-                common::check_i8(&m, &x, e.k, rows, &y, &what);
+                let int = common::int_scales_of(qm.gemm_kernel());
+                common::check_i8_with(&m, &x, e.k, rows, &y, &what, int);
                 checked += 1;
             }
         }

@@ -7,7 +7,6 @@
 
 mod common;
 
-use common::check_i8 as check;
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::rng::Rng;
 use kgen_runtime::{Matrix, Op, Pool, Registry, WeightFormat};
@@ -98,7 +97,8 @@ fn every_isa_over_k_n_and_rows() {
                             qm.gemv_kernel().name,
                             qm.gemm_kernel().name
                         );
-                        check(&w, &x, k, m, &y, &what);
+                        let int = common::int_scales_of(qm.gemm_kernel());
+                        common::check_i8_with(&w, &x, k, m, &y, &what, int);
                         *runs.entry(format!("{t} {isa}")).or_insert(0) += 1;
                     }
                 }
@@ -157,7 +157,9 @@ fn kgen_force_isa_selects_each_isa() {
                 let x = Rng::new(m as u64).vec_f32(m * k);
                 let mut y = vec![f32::NAN; m * 70];
                 qm.gemm(&x, m, &mut y).unwrap();
-                check(&w, &x, k, m, &y, &format!("{t} {isa} rows {m}"));
+                let what = format!("{t} {isa} rows {m}");
+                let int = common::int_scales_of(qm.gemm_kernel());
+                common::check_i8_with(&w, &x, k, m, &y, &what, int);
             }
             println!("forced {isa} {t}: ok");
         }

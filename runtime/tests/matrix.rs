@@ -55,7 +55,8 @@ fn check_int8(m: &Matrix, w: &GgmlMatrix, what: &str) {
         for r in 0..rows {
             xp[r * w.k..r * w.k + k].copy_from_slice(&x[r * k..(r + 1) * k]);
         }
-        check_i8(w, &xp, w.k, rows, &y, &format!("{what} rows {rows}"));
+        let int = common::int_scales_of(m.gemm_kernel());
+        common::check_i8_with(w, &xp, w.k, rows, &y, &format!("{what} rows {rows}"), int);
     }
 }
 

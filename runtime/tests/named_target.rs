@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::{check, check_i8, group_of, I8_SHAPES, ROWS, SHAPES};
+use common::{check, group_of, I8_SHAPES, ROWS, SHAPES};
 use kgen::format::gptq::random_gptq;
 use kgen::format::rng::Rng;
 use kgen::format::symmetric::quantize_symmetric;
@@ -212,7 +212,8 @@ fn named_target_kernels_match_the_oracle() {
                 let mut y = vec![f32::NAN; m * n];
                 qm.gemm_on(&pool, &xs, m, &mut y).unwrap();
                 let what = format!("{} / {} {k}x{n} rows {m}", gemv.name, gemm.name);
-                check_i8(&w, &xs, k, m, &y, &what);
+                let int = common::int_scales_of(qm.gemm_kernel());
+                common::check_i8_with(&w, &xs, k, m, &y, &what, int);
                 entry.0 += 1;
             }
         }

@@ -253,3 +253,54 @@ pub unsafe fn spill6(a: I, b: I, c: I) -> I {
         _mm256_and_si256(_mm256_srli_epi16::<2>(c), _mm256_set1_epi8(0x30)),
     )
 }
+
+// Integer sub-scales (GGUF Q2_K, `kgen::format::IntSubScales`): the
+// emitter keeps these only in kernels that keep them. A column group's
+// entry 0 of a block is 8 u16, one per column: the bytes of its two
+// 16-value halves, the scale level in the low nibble, the min level in
+// the high one.
+
+/// The column group's 16 sub-scale bytes in both 128-bit lanes.
+#[inline(always)]
+pub unsafe fn sub_bytes(p: *const u16) -> I {
+    _mm256_broadcastsi128_si256(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// [`sub_scale`]'s byte shuffles: for half `H`, column `c`'s byte
+/// `2c + H` into both i16 halves of its lane (-1: a zero byte).
+pub const SUB_CTL: [[i8; 32]; 2] = [
+    [0, -1, 0, -1, 2, -1, 2, -1, 4, -1, 4, -1, 6, -1, 6, -1, 8, -1, 8, -1, 10, -1, 10, -1, 12, -1, 12, -1, 14, -1, 14, -1],
+    [1, -1, 1, -1, 3, -1, 3, -1, 5, -1, 5, -1, 7, -1, 7, -1, 9, -1, 9, -1, 11, -1, 11, -1, 13, -1, 13, -1, 15, -1, 15, -1],
+];
+
+/// The scale levels of half `H` (column `c`'s byte `2c + H`, low nibble)
+/// in both i16 halves of each column's lane, for [`scaled_sum`] (the
+/// shuffle's table load is loop-invariant).
+#[inline(always)]
+pub unsafe fn sub_scale<const H: usize>(e: I) -> I {
+    let ctl = _mm256_loadu_si256(SUB_CTL[H].as_ptr() as *const __m256i);
+    _mm256_shuffle_epi8(_mm256_and_si256(e, _mm256_set1_epi8(0x0F)), ctl)
+}
+
+/// Both halves' min levels as an i16 pair per column lane (half 0 low):
+/// the bytes zero-extended to i16, shifted down by 4.
+#[inline(always)]
+pub unsafe fn sub_mins(p: *const u16) -> I {
+    _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi16(_mm_loadu_si128(p as *const __m128i)))
+}
+
+/// The row's two half-block activation sums (two i32, each within
+/// 16 * 127) as an i16 pair in every lane (half 0 low).
+#[inline(always)]
+pub unsafe fn sum_pair(p: *const i32) -> I {
+    let v = _mm256_set1_epi64x((p as *const i64).read_unaligned());
+    _mm256_packs_epi32(v, v)
+}
+
+/// acc + per-lane sum of the products of `a`'s and `b`'s i16 pairs: a half
+/// block's pair sums (at most 4 * 2 * 3 * 127) times its scale levels
+/// (below 16), or the min levels times the half sums.
+#[inline(always)]
+pub unsafe fn scaled_sum(acc: I, a: I, b: I) -> I {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}

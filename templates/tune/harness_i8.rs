@@ -23,7 +23,7 @@ mod kernels {
 
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::rng::Rng;
-use kgen::layout::act::{quantize_activations_as, reference_i8, ActFormat, QuantizedActivations};
+use kgen::layout::act::{quantize_activations_as, reference_i8_for, ActFormat, QuantizedActivations};
 use kgen::layout::int8::{I8Layout, I8Packed};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -56,6 +56,7 @@ pub struct Cand {
     pub t_b: usize,
     pub group_bytes: usize,
     pub signed: bool,
+    pub int_scales: bool,
     pub row_pairs: bool,
     pub detect: fn() -> bool,
     pub run: RunFn,
@@ -79,6 +80,7 @@ fn k_block(c: &Cand) -> usize {
 fn layout(c: &Cand, k: usize, n: usize) -> I8Layout {
     I8Layout::new(GgmlType(format(c)), c.lanes, c.t_u, c.m_b, c.t_b, k, n)
         .grouped(c.group_bytes, c.signed)
+        .int_sub_scales(c.int_scales)
 }
 
 /// Activations as `c`'s kernel reads them (`plain`: row by row, unscaled,
@@ -172,7 +174,7 @@ fn check(c: &Cand, m: usize, seed: u64) -> Result<f64, String> {
     let mut a = pack(c, &w, &x, m);
     call(c, &mut a, m, 1);
     let plain = quantize_activations_as(&x, m, k, probe.k_pad, act_format(c, &probe, true));
-    let r = reference_i8(&w, &plain, m);
+    let r = reference_i8_for(&w, &plain, m, probe.int_scales);
     let scale = r.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
     let mut err = 0f64;
     for row in 0..m {

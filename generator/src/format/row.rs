@@ -72,6 +72,36 @@ pub struct Int8Repack {
     /// multiply per block and output vector fewer, on the pipes the dots
     /// use); 1 (Q8_0's scale per 32) elsewhere.
     pub act_group: usize,
+    /// Integer sub-scales under f16 super-block scales, for the kernels
+    /// that keep them integers ([`IntSubScales`]); `None` where the format
+    /// has none.
+    pub int_sub_scales: Option<IntSubScales>,
+}
+
+/// A format whose super-block holds an f16 `d` and `dmin` and, per 16
+/// values, one byte with a 4-bit scale level `sc` (low nibble) and a 4-bit
+/// min level `m` (high nibble): the weight is `d sc q - dmin m` (GGUF
+/// Q2_K). The int8 layout then stores these bytes as they are (two per
+/// column and 32-value block) and the super-block's `d` and `-dmin` once
+/// (in the f16 entries of its first two blocks), 12 bytes per column and
+/// 32 values where f16 sub-scales and mins take 16; kernels on ISAs with
+/// [`crate::family::int8::isa::I8Isa::int_sub_scales`] read that form.
+#[derive(Clone, Copy, Debug)]
+pub struct IntSubScales {
+    /// The scale-and-min byte of 16-value sub-block `s` of a block.
+    pub byte: fn(&[u8], usize) -> u8,
+    /// The block's `d` and `dmin` as f16 bits.
+    pub supers: fn(&[u8]) -> [u16; 2],
+}
+
+impl IntSubScales {
+    /// Sub-block `s`'s scale and min exactly, in f64: `d sc` and
+    /// `-(dmin m)` (what the kernels that keep them integers apply).
+    pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
+        let [d, dmin] = (self.supers)(block).map(|b| half::f16::from_bits(b).to_f64());
+        let b = (self.byte)(block, s);
+        (d * (b & 0x0F) as f64, -(dmin * (b >> 4) as f64))
+    }
 }
 
 impl Int8Repack {

@@ -340,6 +340,18 @@ pub fn reference_i8<D: AsRef<[u8]>>(
     xa: &QuantizedActivations,
     m: usize,
 ) -> Vec<f64> {
+    reference_i8_for(w, xa, m, false)
+}
+
+/// [`reference_i8`] for a layout that keeps the format's integer
+/// sub-scales (`int_scales`, [`crate::layout::int8::I8Layout::int_scales`]):
+/// each part's scale and min are then exact, not rounded to f16.
+pub fn reference_i8_for<D: AsRef<[u8]>>(
+    w: &GgmlMatrix<D>,
+    xa: &QuantizedActivations,
+    m: usize,
+    int_scales: bool,
+) -> Vec<f64> {
     let k_pad = round_up(w.k, QK);
     let blocks = w.k / QK;
     let xb = k_pad / QK;
@@ -355,8 +367,14 @@ pub fn reference_i8<D: AsRef<[u8]>>(
             let levels = block_levels(w.dtype, block, b % subs);
             // Per part of the block with its own scale (32 or 16 values).
             for h in 0..spb {
-                let (d, mn) = stored_scale(repack.sub_scale, block, (b % subs) * spb + h);
-                let (dw, mw) = (d.to_f64(), mn.to_f64());
+                let s = (b % subs) * spb + h;
+                let (dw, mw) = match repack.int_sub_scales.filter(|_| int_scales) {
+                    Some(int) => int.exact(block, s),
+                    None => {
+                        let (d, mn) = stored_scale(repack.sub_scale, block, s);
+                        (d.to_f64(), mn.to_f64())
+                    }
+                };
                 let range = h * part..(h + 1) * part;
                 for r in 0..m {
                     let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];

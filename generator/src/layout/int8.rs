@@ -111,6 +111,9 @@ pub struct I8Layout {
     pub group_bytes: usize,
     /// 4-bit levels as signed nibbles (kernels read `16 q`).
     pub signed: bool,
+    /// The scale stream holds the format's integer sub-scales and its f16
+    /// super-block scales ([`I8Layout::int_sub_scales`]).
+    pub int_scales: bool,
     /// K block, values (multiple of 32).
     pub m_b: usize,
     /// Panel width, columns (multiple of `lanes * t_u`).
@@ -157,6 +160,7 @@ impl I8Layout {
             t_u,
             group_bytes: 4,
             signed: false,
+            int_scales: false,
             m_b,
             t_b,
             k,
@@ -181,6 +185,23 @@ impl I8Layout {
         self.group_bytes = group_bytes;
         self.signed = signed && self.bits == 4 && !self.codebook();
         self
+    }
+
+    /// The same geometry with the format's integer sub-scales kept as
+    /// they are, where it has them and `on`
+    /// ([`crate::format::row::IntSubScales`]): per column and block two
+    /// entries, the bytes of its two 16-value sub-blocks (scale level low
+    /// nibble, min level high), then one f16 holding the super-block's `d`
+    /// in its first block, `-dmin` in its second and 0 in the others (the
+    /// K-quants' super-block is the kernels' activation scale group, so a
+    /// kernel finds both through the group's first block).
+    pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
+        self.int_scales = on && self.int_repack().is_some();
+        self
+    }
+
+    fn int_repack(&self) -> Option<crate::format::row::IntSubScales> {
+        self.format.format().int8.and_then(|r| r.int_sub_scales)
     }
 
     /// Codebook indices (IQ4_NL): unsigned nibbles the kernel looks up.
@@ -232,6 +253,9 @@ impl I8Layout {
     /// f16 entries of the scale stream per column and block: its scales,
     /// then as many mins where the format has mins.
     pub fn scale_entries(&self) -> usize {
+        if self.int_scales {
+            return 2;
+        }
         self.format.format().int8.map_or(1, |r| r.scale_entries())
     }
 
@@ -370,6 +394,9 @@ impl I8Layout {
             && repack.scales_per_block == 1
             && fmt.scale_offsets == [0];
         let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
+        // Integer sub-scales are stored as they are: no f32 pass.
+        let int_scales = self.int_scales.then(|| self.int_repack()).flatten();
+        let via_f32 = !direct && int_scales.is_none();
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // Signed nibbles are `level - 8` (the flip): exact for Q4_0's offset
         // of 8, corrected through the mins for formats with mins (offset 0).
@@ -395,7 +422,7 @@ impl I8Layout {
         for panel in panels {
             let s0 = (panel * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
             let s1 = ((panel + 1) * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
-            if !direct {
+            if via_f32 {
                 panel_sc.clear();
                 panel_sc.resize(s1 - s0, 0.0);
             }
@@ -430,6 +457,25 @@ impl I8Layout {
                                             self.bits,
                                             self.group_bytes,
                                             &block[2..],
+                                            &mut col_words,
+                                        );
+                                    } else if let Some(int) = int_scales {
+                                        let bytes = [
+                                            (int.byte)(block, 2 * sub),
+                                            (int.byte)(block, 2 * sub + 1),
+                                        ];
+                                        sc[at_sc + col] = u16::from_le_bytes(bytes);
+                                        let [d, dmin] = (int.supers)(block);
+                                        sc[at_sc + tw + col] = match sub {
+                                            0 => d,
+                                            1 => dmin ^ 0x8000,
+                                            _ => 0,
+                                        };
+                                        let levels = (repack.block_levels)(block, sub);
+                                        level_chunks(
+                                            self.bits,
+                                            self.group_bytes,
+                                            &levels,
                                             &mut col_words,
                                         );
                                     } else {
@@ -472,7 +518,7 @@ impl I8Layout {
                     }
                 }
             }
-            if !direct {
+            if via_f32 {
                 // Round to nearest even, as `stored_scale` (and F16C) do.
                 sc[s0..s1]
                     .reinterpret_cast_mut::<half::f16>()
@@ -1062,6 +1108,54 @@ mod tests {
                 assert_eq!(y.to_le_bytes()[x], (byte >> g) & 0x11);
             }
         }
+    }
+
+    /// Q2_K with integer sub-scales: per column and block the file's two
+    /// scale-and-min bytes in entry 0, and in entry 1 the super-block's
+    /// `d` (first block), `-dmin` (second) or 0; the levels as in the f16
+    /// layout; padding columns all 0. Formats without them ignore the flag.
+    #[test]
+    fn integer_sub_scales_keep_the_files_bytes() {
+        let (k, n) = (768, 11);
+        let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, GgmlType::Q2_K);
+        let (lanes, t_u) = (8, 2);
+        let tw = lanes * t_u;
+        let f16 = I8Layout::new(GgmlType::Q2_K, lanes, t_u, 256, tw, k, n);
+        let l = f16.int_sub_scales(true);
+        assert!(l.int_scales && !f16.int_scales);
+        assert_eq!((l.scale_entries(), f16.scale_entries()), (2, 4));
+        let (p, pf) = (l.repack(&w), f16.repack(&w));
+        assert_eq!(
+            p.w.as_bytes(),
+            pf.w.as_bytes(),
+            "levels as in the f16 layout"
+        );
+        assert_eq!(p.sc.len(), l.n_pad * l.blocks() * 2);
+        for j in 0..l.n_pad {
+            let (panel, col) = (j / tw, j % tw);
+            for b in 0..l.blocks() {
+                let (kb, bi) = (b / 8, b % 8);
+                let (_, soff, _) = l.tile_offset(panel, kb, 0);
+                let at = soff * 2 + bi * 2 * tw + col;
+                let (e0, e1) = (p.sc[at], p.sc[at + tw]);
+                if j >= n {
+                    assert_eq!((e0, e1), (0, 0), "padding col {j}");
+                    continue;
+                }
+                let blk = w.block(j, b / 8);
+                let sub = b % 8;
+                assert_eq!(e0, u16::from_le_bytes([blk[2 * sub], blk[2 * sub + 1]]));
+                let d = |o: usize| u16::from_le_bytes([blk[o], blk[o + 1]]);
+                let want = match sub {
+                    0 => d(80),
+                    1 => d(82) ^ 0x8000,
+                    _ => 0,
+                };
+                assert_eq!(e1, want, "col {j} block {b}");
+            }
+        }
+        let q4 = I8Layout::new(GgmlType::Q4_K, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
+        assert!(!q4.int_scales);
     }
 
     #[test]

@@ -102,7 +102,8 @@ impl Int8Matrix {
             unreachable!("both checked above")
         };
         let mut layout = I8Layout::new(m.dtype, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n)
-            .grouped(gemv_p.group_bytes, gemv_p.signed);
+            .grouped(gemv_p.group_bytes, gemv_p.signed)
+            .int_sub_scales(gemv_p.int_scales);
         let t0 = Instant::now();
         let packed = layout.repack_threads(m, pool::global().threads());
         let repack_seconds = t0.elapsed().as_secs_f64();

@@ -5,7 +5,7 @@
 
 use kgen::format::ggml::GgmlMatrix;
 use kgen::format::gptq::GptqMatrix;
-use kgen::layout::act::{quantize_activations, reference_i8};
+use kgen::layout::act::{quantize_activations, reference_i8_for};
 use kgen_runtime::Group;
 
 /// f32 family `(k, n)` pairs: k not a multiple of the group or block, n not a
@@ -63,10 +63,41 @@ pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
 /// products of the same quantized activations, scaled in f64); the bound is
 /// f32 rounding of the per-block products and their sum, relative to the sum
 /// of |terms|.
+///
+/// The oracle takes the integer sub-scales exactly (as the kernels that
+/// keep them do) where the build's default kernel for the format keeps
+/// them; [`check_i8_with`] names the layout.
 pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
+    check_i8_with(w, x, k, m, y, what, default_int_scales(w));
+}
+
+/// Whether the default registry's kernel for `w`'s format keeps integer
+/// sub-scales (`Int8Params::int_scales`).
+pub fn default_int_scales(w: &GgmlMatrix) -> bool {
+    kgen_runtime::Matrix::from_ggml(w)
+        .ok()
+        .is_some_and(|m| int_scales_of(m.gemm_kernel()))
+}
+
+/// Whether `e` keeps integer sub-scales.
+pub fn int_scales_of(e: &kgen_runtime::KernelEntry) -> bool {
+    matches!(e.params, kgen_runtime::FamilyParams::Int8(p) if p.int_scales)
+}
+
+/// [`check_i8`] against the oracle of a layout that keeps integer
+/// sub-scales or not.
+pub fn check_i8_with(
+    w: &GgmlMatrix,
+    x: &[f32],
+    k: usize,
+    m: usize,
+    y: &[f32],
+    what: &str,
+    int_scales: bool,
+) {
     let k_pad = w.k;
     let xa = quantize_activations(x, m, k, k_pad, w.dtype);
-    let want = reference_i8(w, &xa, m);
+    let want = reference_i8_for(w, &xa, m, int_scales);
     let deq = w.dequantize();
     for r in 0..m {
         for j in 0..w.n {

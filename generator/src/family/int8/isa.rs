@@ -77,6 +77,17 @@ pub struct I8Isa {
     /// GEMM m=32/128, 1.14 to 1.29x). The other lane ISAs keep the
     /// in-register unpack until measured on their hardware.
     pub scratch_levels: bool,
+    /// Formats with integer sub-scales under an f16 super-block scale
+    /// (Q2_K's 4-bit scale and min per 16 values,
+    /// [`crate::format::row::IntSubScales`]) keep them integers: each
+    /// half block's i16 pair sums are widened by one madd with the
+    /// sub-scale in place of the word of ones, the mins go in through one
+    /// madd of the min pair with the row's two half sums, and only the
+    /// super-block's two i32 sums are converted and scaled. The f16 layout
+    /// takes a conversion and two FMAs per half block, row and column
+    /// group on the multiply pipes the dots use. Needs the i16 pair sums
+    /// of maddubs ISAs: AVX2.
+    pub int_sub_scales: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -98,6 +109,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: Some("zmm_reg"),
     fence_pointers: true,
     signed_dot_abs: true,
@@ -119,6 +131,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
@@ -140,6 +153,7 @@ pub const AVX2: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: true,
     scratch_levels: true,
+    int_sub_scales: true,
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
@@ -161,6 +175,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -182,6 +197,7 @@ pub const I8MM: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -203,6 +219,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     sve_bits: None,
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -226,6 +243,7 @@ pub const SVE256: I8Isa = I8Isa {
     sve_bits: Some(256),
     x_quad: false,
     scratch_levels: false,
+    int_sub_scales: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,

@@ -202,6 +202,7 @@ impl Family for Int8 {
             #rt::FamilyParams::Int8(#rt::Int8Params {
                 group_bytes: k::GROUP_BYTES,
                 signed: k::SIGNED,
+                int_scales: k::INT_SCALES,
                 row_pairs: k::ROW_PAIRS,
                 run: k::run,
             })

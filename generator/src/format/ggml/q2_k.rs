@@ -9,16 +9,18 @@
 //! The int8 family runs it on the 2-bit layout with unsigned levels (0..4)
 //! and two scales and two mins per 32 values (`d * sc` and `-(dmin * m)` of
 //! each 16, rounded to f16): each half of a block is folded on its own and
-//! its min added through the activations' sum of that half. (4 bits of f16
-//! scales and mins per value where the file has 0.625 bits of them: int8
-//! sub-scales under an f16 super-scale would stream less.)
+//! its min added through the activations' sum of that half (4 bits of f16
+//! scales and mins per value where the file has 0.625). Kernels on ISAs
+//! that keep integer sub-scales (AVX2) read the file's scale-and-min
+//! bytes instead, under the super-block's f16 `d` and `dmin`
+//! ([`IntSubScales`]: 1.5 bits of scales per value).
 
 use crate::format::ggml::kquant::{
     crumb, encode_non_finite, fit_scale_min, pack_crumbs, quantize_scales, requantize_min,
     sub_block_crumbs, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, QK};
 
 pub const Q2_K: Format = Format {
     tag: "q2_k",
@@ -39,6 +41,10 @@ pub const Q2_K: Format = Format {
         mins: true,
         scales_per_block: 2,
         act_group: 8,
+        int_sub_scales: Some(IntSubScales {
+            byte: |blk, s| blk[s],
+            supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
+        }),
     }),
 };
 
@@ -53,6 +59,10 @@ fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
 fn sub16_scale(blk: &[u8], s: usize) -> (f32, f32) {
     let (d, dmin) = (read_f16(&blk[D..]), read_f16(&blk[D + 2..]));
     (d * (blk[s] & 0x0F) as f32, -(dmin * (blk[s] >> 4) as f32))
+}
+
+fn read_u16(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
 }
 
 /// Values per sub-block.
@@ -192,6 +202,33 @@ mod tests {
             }
         }
         assert_eq!((row.scale_entries(), row.sums_per_block()), (4, 2));
+    }
+
+    #[test]
+    fn integer_sub_scales_give_the_weights() {
+        // The file's bytes and f16 d / dmin, taken exactly, give gguf-py's
+        // weights up to its f32 rounding of `d * sc` and `dmin * m`.
+        let mut rng = Rng::new(22);
+        let int = Q2_K
+            .int8
+            .and_then(|r| r.int_sub_scales)
+            .expect("int sub-scales");
+        let mut w = [0f32; QK_K];
+        for t in 0..300 {
+            let mut b: Vec<u8> = (0..84).map(|_| rng.below(256) as u8).collect();
+            for at in [D, D + 2] {
+                let v = 2f32.powi(rng.below(40) as i32 - 24) * rng.f32();
+                b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+            }
+            dequantize(&b, &mut w);
+            for (f, &want) in w.iter().enumerate() {
+                let (d, m) = int.exact(&b, f / 16);
+                let q = level(&b, f) as f64;
+                let got = d * q + m;
+                let tol = 4.0 * f32::EPSILON as f64 * (d.abs() * q + m.abs()) + 1e-45;
+                assert!((got - want as f64).abs() <= tol, "block {t} value {f}");
+            }
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub const Q6_K: Format = Format {
         mins: false,
         scales_per_block: 2,
         act_group: 8,
+        int_sub_scales: None,
     }),
 };
 

@@ -31,6 +31,7 @@ pub const TQ2_0: Format = Format {
         mins: false,
         scales_per_block: 1,
         act_group: 1,
+        int_sub_scales: None,
     }),
 };
 

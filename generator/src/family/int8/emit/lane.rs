@@ -4,8 +4,8 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, micro_fn, min_factors, min_term, nibble_split, scratch_levels, six_bit_level,
-    GroupFold,
+    index_level, int_scales, micro_fn, min_factors, min_term, nibble_split, scratch_levels,
+    six_bit_level, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -356,10 +356,19 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         fold
     };
     halves.push(block);
+    let int = int_scales(&p.spec, isa);
     let mut body = TokenStream::new();
     for (h, part) in halves.iter().enumerate() {
-        let fold = fold_of(h);
+        let fold = if int {
+            int_fold(p, rows, h, h + 1 == halves.len())
+        } else {
+            fold_of(h)
+        };
         body.extend(quote! { #zero #part #fold });
+    }
+    if int {
+        assert!(grouped, "integer sub-scales come with super-blocks");
+        return int_scale_kernel(p, isa, rows, body);
     }
     if !grouped {
         return micro_fn(p, isa, rows, init, body, store, (32, 1), None);
@@ -399,6 +408,110 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         (32, 1),
         Some(group),
     )
+}
+
+/// The fold of half `h` of a block on a kernel that keeps integer
+/// sub-scales ([`int_scales`]): the half's i16 pair sums widened by one
+/// madd with its scale levels into the super-block's i32 sums `sa`; after
+/// the last half, both halves' mins times the row's two half sums (one
+/// madd) into `sm`. The stream's entry 0 of the block holds the column
+/// group's sub-scale bytes.
+fn int_fold(p: &MicroSpec, rows: usize, h: usize, last: bool) -> TokenStream {
+    let (t_sub, l) = (p.tile.t_sub, p.lanes);
+    let hl = lit(h);
+    let mut fold = TokenStream::new();
+    for t in 0..t_sub {
+        let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
+        fold.extend(quote! { let #sv = ops::sub_scale::<#hl>(ops::sub_bytes(sc.add(#off))); });
+    }
+    for r in 0..rows {
+        for t in 0..t_sub {
+            let (a, i, sv) = (
+                sav(r, t),
+                format_ident!("i_{}_{}", r, t),
+                format_ident!("sv_{}", t),
+            );
+            fold.extend(quote! { #a = ops::scaled_sum(#a, #i, #sv); });
+        }
+    }
+    if last {
+        for t in 0..t_sub {
+            let (mv, off) = (format_ident!("mv_{}", t), lit(t * l));
+            fold.extend(quote! { let #mv = ops::sub_mins(sc.add(#off)); });
+        }
+        let n = lit(p.spec.sums_per_block());
+        for r in 0..rows {
+            let (bp, row) = (format_ident!("bp_{}", r), lit(r));
+            fold.extend(quote! { let #bp = ops::sum_pair(xc.add(#row * ldb * #n)); });
+            for t in 0..t_sub {
+                let (m, mv) = (smv(r, t), format_ident!("mv_{}", t));
+                fold.extend(quote! { #m = ops::scaled_sum(#m, #mv, #bp); });
+            }
+        }
+    }
+    fold
+}
+
+/// The micro kernel of a format with integer sub-scales: per super-block
+/// (the activation scale group) zeroed i32 sums `sa` (levels times scale
+/// levels) and `sm` (min levels times activation sums), then `y += dx (d
+/// sa - dmin sm)`, with `d` and `-dmin` read from entry 1 of the group's
+/// first and second blocks (`sg`).
+fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) -> TokenStream {
+    let (t_sub, l) = (p.tile.t_sub, p.lanes);
+    let tw = p.tile.t_u * l;
+    let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
+    for t in 0..t_sub {
+        let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
+        // Entry 1 of block 0, and of block 1 (a block is 2 TW entries).
+        let (d_at, m_at) = (lit(tw + t * l), lit(3 * tw + t * l));
+        close.extend(quote! {
+            let #dw = ops::scales(sg.add(#d_at));
+            let #mw = ops::scales(sg.add(#m_at));
+        });
+    }
+    for r in 0..rows {
+        let (dx, row) = (format_ident!("dx_{}", r), lit(r));
+        close.extend(quote! { let #dx = ops::splatf(xg.add(#row * ldb)); });
+        for t in 0..t_sub {
+            let (a, m, off) = (sav(r, t), smv(r, t), lit(t * l));
+            let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
+            open.extend(quote! {
+                let mut #a = ops::zero_i();
+                let mut #m = ops::zero_i();
+            });
+            close.extend(quote! {
+                let v = ops::fmaf(ops::cvti(#m), #mw, ops::mulf(ops::cvti(#a), #dw));
+                ops::storef(
+                    y.add(#row * ldy + #off),
+                    ops::fmaf(v, #dx, ops::loadf(y.add(#row * ldy + #off))),
+                );
+            });
+        }
+    }
+    let group = GroupFold {
+        blocks: p.spec.act_group(),
+        open,
+        close,
+    };
+    micro_fn(
+        p,
+        isa,
+        rows,
+        TokenStream::new(),
+        body,
+        TokenStream::new(),
+        (32, 1),
+        Some(group),
+    )
+}
+
+fn sav(r: usize, t: usize) -> proc_macro2::Ident {
+    format_ident!("sa_{}_{}", r, t)
+}
+
+fn smv(r: usize, t: usize) -> proc_macro2::Ident {
+    format_ident!("sm_{}_{}", r, t)
 }
 
 fn gv(r: usize, t: usize) -> proc_macro2::Ident {
@@ -709,6 +822,70 @@ mod tests {
         for tag in ["q4_0", "q4_k", "q2_k", "q8_0", "iq4_nl"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!scratch_levels(&spec, &AVX2), "{tag}");
+        }
+    }
+
+    /// Q2_K on AVX2 keeps its integer sub-scales: per half block and
+    /// column group one scale shuffle and per row one `scaled_sum` of the
+    /// half's pair sums, then one min madd per row; no f16 scale per half,
+    /// and per super-block only the two sums converted against `d` and
+    /// `-dmin` from entry 1 of the group's first two blocks. The other
+    /// ISAs and formats keep f16 scales.
+    #[test]
+    fn q2_k_on_avx2_keeps_integer_sub_scales() {
+        for (op, t_u, t_sub, rows) in [
+            (Op::Gemv, 2, 2, 1),
+            (Op::Gemm { m: 32 }, 2, 1, 3),
+            (Op::Gemm { m: 32 }, 3, 1, 4),
+        ] {
+            let spec = I8Spec::from_tag(op, "q2_k").expect("format");
+            assert!(int_scales(&spec, &AVX2));
+            let p = MicroSpec {
+                spec,
+                tile: I8Tile {
+                    t_u,
+                    t_sub,
+                    m_r: rows,
+                },
+                lanes: AVX2.lanes,
+            };
+            let k = micro_kernel(&p, &AVX2, rows).to_string();
+            let n = |pat: &str| k.matches(pat).count();
+            for h in 0..2 {
+                assert_eq!(
+                    n(&format!("ops :: sub_scale :: < {h} >")),
+                    t_sub,
+                    "half {h}"
+                );
+            }
+            assert_eq!(n("ops :: sub_mins"), t_sub);
+            assert_eq!(n("ops :: sum_pair"), rows);
+            assert_eq!(n("ops :: scaled_sum"), 3 * rows * t_sub);
+            assert_eq!(n("ops :: pair_acc"), 8 * rows * t_sub);
+            assert!(!k.contains("block_sum") && !k.contains("splati"));
+            // Only the close converts: d and -dmin of each column group.
+            assert_eq!(n("ops :: scales"), 2 * t_sub);
+            let tw = t_u * AVX2.lanes;
+            for t in 0..t_sub {
+                let d = format!("sg . add ({})", tw + t * AVX2.lanes);
+                let m = format!("sg . add ({})", 3 * tw + t * AVX2.lanes);
+                assert!(k.contains(&d) && k.contains(&m), "{d} {m}");
+            }
+            // Two entries per column and block.
+            assert!(k.contains(&format!("sc = sc . add ({})", 2 * tw)));
+        }
+        for isa in [&AVX512VNNI, &DOTPROD] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q2_k").expect("format");
+            assert!(!int_scales(&spec, isa), "{}", isa.name);
+            assert!(
+                !emitted(isa, "q2_k", 2, 2).contains("scaled_sum"),
+                "{}",
+                isa.name
+            );
+        }
+        for tag in ["q4_k", "q3_k", "q6_k", "tq2_0", "q4_0"] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(!int_scales(&spec, &AVX2), "{tag}");
         }
     }
 

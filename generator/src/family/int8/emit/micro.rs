@@ -73,6 +73,16 @@ pub(crate) fn scratch_levels(spec: &I8Spec, isa: &I8Isa) -> bool {
         && matches!(spec.bits(), 5 | 6)
 }
 
+/// Whether `spec`'s kernels on `isa` keep the format's integer sub-scales
+/// ([`I8Isa::int_sub_scales`], [`crate::format::row::IntSubScales`]): the
+/// layout then stores them as they are (`I8Layout::int_sub_scales`).
+pub(crate) fn int_scales(spec: &I8Spec, isa: &I8Isa) -> bool {
+    isa.int_sub_scales
+        && isa.group_bytes == 4
+        && isa.sve_bits.is_none()
+        && spec.format.int8.is_some_and(|r| r.int_sub_scales.is_some())
+}
+
 /// Most blocks one fill of the scratch of levels covers (and its stack
 /// size): 1024 values, 16 KiB for a 16-column tile, whatever the L1
 /// block's `m_b`. A multiple of the K-quants' activation scale group (8
@@ -134,7 +144,7 @@ pub(crate) fn micro_fn(
     // levels, `walked_bits`).
     let (wstep, sstep) = (
         lit(4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes),
-        lit(p.tile.t_u * p.lanes * scale_entries(&p.spec)),
+        lit(p.tile.t_u * p.lanes * scale_entries(&p.spec, isa)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
     // One activation sum per block, or one per half for per-16 scales.
@@ -204,8 +214,12 @@ pub(crate) fn micro_fn(
 
 /// f16 entries per column and block in the scale stream: the scales (one
 /// per 32 or per 16 values), then as many mins where the format has mins,
-/// each as `TW` entries of the tile.
-pub(crate) fn scale_entries(spec: &I8Spec) -> usize {
+/// each as `TW` entries of the tile; 2 where the kernels keep integer
+/// sub-scales (the sub-scale bytes, then the super-block's f16s).
+pub(crate) fn scale_entries(spec: &I8Spec, isa: &I8Isa) -> usize {
+    if int_scales(spec, isa) {
+        return 2;
+    }
     spec.format.int8.map_or(1, |r| r.scale_entries())
 }
 

@@ -34,6 +34,16 @@ const GRID_ITEMS: &[&str] = &["GRID", "grid_lut"];
 const MIN_ITEMS: &[&str] = &["splat_pair"];
 
 const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
+/// Integer sub-scale primitives, only in kernels that keep them
+/// ([`crate::family::int8::emit::micro::int_scales`]).
+const INT_SCALE_ITEMS: &[&str] = &[
+    "SUB_CTL",
+    "sub_bytes",
+    "sub_scale",
+    "sub_mins",
+    "sum_pair",
+    "scaled_sum",
+];
 /// The 2-bit unpack, likewise only in 2-bit kernels.
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
@@ -69,6 +79,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                     32 / p.spec.scales_per_block(),
                     if isa.signed_levels(&p.spec) {
                         " (read as signed nibbles, 8 d added back with the min)"
+                    } else if crate::family::int8::emit::micro::int_scales(&p.spec, &isa) {
+                        " (kept as 4-bit integers under the super-block's f16 d and dmin)"
                     } else {
                         ""
                     }
@@ -180,6 +192,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let signed = isa.signed_levels(&p.spec);
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let sums_per_block = lit(p.spec.sums_per_block());
+    let int_scales = crate::family::int8::emit::micro::int_scales(&p.spec, &isa);
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
         p.spec.format_tag(),
@@ -217,6 +230,9 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             pub const ROW_PAIRS: bool = #row_pairs;
             /// Activation level sums per 32-value block (2: a scale per 16 values).
             pub const SUMS: usize = #sums_per_block;
+            /// The scale stream keeps the format's integer sub-scales
+            /// (`kgen::int8_layout::I8Layout::int_sub_scales`).
+            pub const INT_SCALES: bool = #int_scales;
 
             #(#micro)*
 
@@ -266,6 +282,11 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         require(&items, &["storeb"], spec, isa)?;
     } else {
         items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
+    }
+    if crate::family::int8::emit::micro::int_scales(spec, isa) {
+        require(&items, INT_SCALE_ITEMS, spec, isa)?;
+    } else {
+        items.retain(|it| item_name(it).is_none_or(|n| !INT_SCALE_ITEMS.contains(&n.as_str())));
     }
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
@@ -449,7 +470,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     );
     let m_r = lit(p.tile.m_r);
     // With mins each column and block has a scale and a min.
-    let entries = crate::family::int8::emit::micro::scale_entries(&p.spec);
+    let entries = crate::family::int8::emit::micro::scale_entries(&p.spec, isa);
     let scale_base = if entries > 1 {
         let e = lit(entries);
         quote! { base * #e }
