@@ -79,18 +79,7 @@ fn every_int8_kernel_matches_the_oracle() {
                     let x = Rng::new(k as u64 + m as u64).vec_f32(m * k);
                     let mut y = vec![f32::NAN; m * n];
                     qm.gemm_on(&pool, &x, m, &mut y).unwrap();
-                    check(
-                        &w,
-                        &x,
-                        k,
-                        m,
-                        &y,
-                        &format!(
-                            "{} / {} {k}x{n} rows {m}",
-                            qm.gemv_kernel().name,
-                            qm.gemm_kernel().name
-                        ),
-                    );
+                    common::check_kernels(&qm, &w, &x, k, m, &y);
                     runs += 1;
                     *per_isa
                         .entry(format!("{format} {isa} (activations: {quantizer})"))

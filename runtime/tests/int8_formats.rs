@@ -92,13 +92,7 @@ fn every_isa_over_k_n_and_rows() {
                         let mut y = vec![f32::NAN; m * n];
                         let pool = if m % 2 == 0 { &p3 } else { &p1 };
                         qm.gemm_on(pool, &x, m, &mut y).unwrap();
-                        let what = format!(
-                            "{} / {} {k}x{n} rows {m}",
-                            qm.gemv_kernel().name,
-                            qm.gemm_kernel().name
-                        );
-                        let int = common::int_scales_of(qm.gemm_kernel());
-                        common::check_i8_with(&w, &x, k, m, &y, &what, int);
+                        common::check_kernels(&qm, &w, &x, k, m, &y);
                         *runs.entry(format!("{t} {isa}")).or_insert(0) += 1;
                     }
                 }
@@ -106,6 +100,44 @@ fn every_isa_over_k_n_and_rows() {
         }
     }
     eprintln!("oracle runs per format and ISA: {runs:?}");
+}
+
+/// An infinity in the activations gives an infinite output where its
+/// weight is not zero and NaN where it is (`inf * 0`), or NaN where a
+/// scale and a min term meet as `inf - inf`; a NaN makes its row NaN;
+/// rows without either stay finite. Every such format on every ISA.
+#[test]
+fn non_finite_activations_propagate() {
+    let reg = Registry::builtin();
+    for t in formats() {
+        let (k, n, at) = (2 * t.block_values(), 24, 40);
+        let w = GgmlMatrix::quantize(&Rng::new(31).vec_f32(k * n), k, n, t);
+        for isa in isas(reg, t) {
+            let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
+            let mut unit = vec![0.0; k];
+            unit[at] = 1.0;
+            let mut w_at = vec![0.0; n];
+            qm.gemv(&unit, &mut w_at).unwrap();
+            let mut x = Rng::new(9).vec_f32(3 * k);
+            x[at] = f32::INFINITY;
+            x[k + 7] = f32::NAN;
+            let mut y = vec![0.0; 3 * n];
+            qm.gemm(&x, 3, &mut y).unwrap();
+            for (j, (&y0, &wj)) in y.iter().zip(&w_at).enumerate() {
+                let what = format!("{t} {isa} col {j}: {y0}, weight {wj}");
+                if wj == 0.0 {
+                    assert!(y0.is_nan(), "{what}");
+                } else {
+                    assert!(y0.is_nan() || y0 == f32::INFINITY.copysign(wj), "{what}");
+                }
+            }
+            assert!(y[n..2 * n].iter().all(|v| v.is_nan()), "{t} {isa} NaN row");
+            assert!(
+                y[2 * n..].iter().all(|v| v.is_finite()),
+                "{t} {isa} finite row"
+            );
+        }
+    }
 }
 
 /// Quantized weights: the kernels' result is close to `x W` with the

@@ -129,7 +129,8 @@ pub struct I8Layout {
 pub struct I8Packed {
     /// Weight bytes (in 64-byte aligned words).
     pub w: AlignedWords,
-    /// f16 scales, as bits.
+    /// The scale stream: f16 scales (and mins) as bits, or, for
+    /// [`I8Layout::int_sub_scales`], sub-scale bytes and f16 super-scales.
     pub sc: Vec<u16>,
 }
 
@@ -197,6 +198,13 @@ impl I8Layout {
     /// kernel finds both through the group's first block).
     pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
         self.int_scales = on && self.int_repack().is_some();
+        // The kernels read `d` and `-dmin` through a group's first block:
+        // every K block must start a super-block.
+        let group = QK * self.format.format().int8.map_or(1, |r| r.act_group);
+        assert!(
+            !self.int_scales || self.m_b.is_multiple_of(group),
+            "integer sub-scales need K blocks of whole {group}-value super-blocks"
+        );
         self
     }
 
@@ -250,8 +258,9 @@ impl I8Layout {
         self.format.format().int8.map_or(1, |r| r.scales_per_block)
     }
 
-    /// f16 entries of the scale stream per column and block: its scales,
-    /// then as many mins where the format has mins.
+    /// u16 entries of the scale stream per column and block: its f16
+    /// scales, then as many mins where the format has mins (2 with
+    /// integer sub-scales).
     pub fn scale_entries(&self) -> usize {
         if self.int_scales {
             return 2;
@@ -1156,6 +1165,30 @@ mod tests {
         }
         let q4 = I8Layout::new(GgmlType::Q4_K, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
         assert!(!q4.int_scales);
+        // Several panels of several tiles and K blocks, on 3 threads: the
+        // same stream as the entry-by-entry walk of one thread.
+        let n = 70;
+        let w = GgmlMatrix::quantize(&Rng::new(18).vec_f32(k * n), k, n, GgmlType::Q2_K);
+        let l = I8Layout::new(GgmlType::Q2_K, lanes, t_u, 512, 2 * tw, k, n).int_sub_scales(true);
+        let (one, three) = (l.repack(&w), l.repack_threads(&w, 3));
+        assert_eq!(
+            (one.sc.clone(), one.w.as_bytes()),
+            (three.sc, three.w.as_bytes())
+        );
+        for j in 0..n {
+            let (panel, tile, col) = (j / (2 * tw), j % (2 * tw) / tw, j % tw);
+            for b in 0..l.blocks() {
+                let (kb, bi) = (b / 16, b % 16);
+                let (_, soff, _) = l.tile_offset(panel, kb, tile);
+                let blk = w.block(j, b / 8);
+                let at = soff * 2 + bi * 2 * tw + col;
+                let sub = b % 8;
+                assert_eq!(
+                    one.sc[at],
+                    u16::from_le_bytes([blk[2 * sub], blk[2 * sub + 1]])
+                );
+            }
+        }
     }
 
     #[test]

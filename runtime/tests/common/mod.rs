@@ -64,24 +64,32 @@ pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
 /// f32 rounding of the per-block products and their sum, relative to the sum
 /// of |terms|.
 ///
-/// The oracle takes the integer sub-scales exactly (as the kernels that
-/// keep them do) where the build's default kernel for the format keeps
-/// them; [`check_i8_with`] names the layout.
+/// The oracle rounds sub-scales to f16 as every layout but the integer
+/// sub-scale one does (AVX2's Q2_K): [`check_i8_with`] names the form of
+/// the kernel under test.
 pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
-    check_i8_with(w, x, k, m, y, what, default_int_scales(w));
+    check_i8_with(w, x, k, m, y, what, false);
 }
 
-/// Whether the default registry's kernel for `w`'s format keeps integer
-/// sub-scales (`Int8Params::int_scales`).
-pub fn default_int_scales(w: &GgmlMatrix) -> bool {
-    kgen_runtime::Matrix::from_ggml(w)
-        .ok()
-        .is_some_and(|m| int_scales_of(m.gemm_kernel()))
-}
-
-/// Whether `e` keeps integer sub-scales.
+/// Whether `e` keeps integer sub-scales (`Int8Params::int_scales`).
 pub fn int_scales_of(e: &kgen_runtime::KernelEntry) -> bool {
     matches!(e.params, kgen_runtime::FamilyParams::Int8(p) if p.int_scales)
+}
+
+/// [`check_i8_with`] of `qm`'s result `y` for `m` rows of `x`, against
+/// the oracle of the layout its kernels read, named by its kernels and
+/// shape.
+pub fn check_kernels(
+    qm: &kgen_runtime::Matrix,
+    w: &GgmlMatrix,
+    x: &[f32],
+    k: usize,
+    m: usize,
+    y: &[f32],
+) {
+    let (gemv, gemm) = (qm.gemv_kernel(), qm.gemm_kernel());
+    let what = format!("{} / {} {k}x{} rows {m}", gemv.name, gemm.name, qm.n());
+    check_i8_with(w, x, k, m, y, &what, int_scales_of(gemm));
 }
 
 /// [`check_i8`] against the oracle of a layout that keeps integer

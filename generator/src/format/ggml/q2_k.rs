@@ -9,11 +9,11 @@
 //! The int8 family runs it on the 2-bit layout with unsigned levels (0..4)
 //! and two scales and two mins per 32 values (`d * sc` and `-(dmin * m)` of
 //! each 16, rounded to f16): each half of a block is folded on its own and
-//! its min added through the activations' sum of that half (4 bits of f16
-//! scales and mins per value where the file has 0.625). Kernels on ISAs
-//! that keep integer sub-scales (AVX2) read the file's scale-and-min
-//! bytes instead, under the super-block's f16 `d` and `dmin`
-//! ([`IntSubScales`]: 1.5 bits of scales per value).
+//! its min added through the activations' sum of that half (2 bits of f16
+//! scales and mins per value, 4 in all, where the file has 0.625 and
+//! 2.625). Kernels on ISAs that keep integer sub-scales (AVX2) read the
+//! file's scale-and-min bytes instead, under the super-block's f16 `d`
+//! and `dmin` ([`IntSubScales`]: 1 bit of scales per value, 3 in all).
 
 use crate::format::ggml::kquant::{
     crumb, encode_non_finite, fit_scale_min, pack_crumbs, quantize_scales, requantize_min,
