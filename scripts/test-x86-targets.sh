@@ -4,7 +4,9 @@
 # zen3 plans Q6_K's AVX2 L1 blocks at 72 blocks (2304 values), beyond the
 # 32 one fill of a GEMM's scratch of levels covers, so its GEMM runs the
 # driver's multi-fill path, which the runtime's default (family) targets,
-# with L1 blocks of at most 32 blocks there, never reach. Kernels this CPU
+# with L1 blocks of at most 32 blocks there, never reach; its Q2_K and
+# Q6_K kernels keep integer sub-scales under their own plans (other
+# tiles and K blocks than the default build's). Kernels this CPU
 # lacks are built and refused by dispatch, as in the default build.
 #
 # X86_TARGETS: targets to run (default zen3). X86_TARGET_SPECS: their
@@ -13,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=${X86_TARGETS-zen3}
-specs=${X86_TARGET_SPECS:-q5_0,q5_k,q6_k}
+specs=${X86_TARGET_SPECS:-q5_0,q5_k,q6_k,q2_k}
 dir="${CARGO_TARGET_DIR:-target}/x86-named"
 for target in $targets; do
     echo "== $target: KGEN_TARGETS=$target,generic-x86_64 KGEN_SPECS=$specs"

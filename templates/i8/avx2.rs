@@ -289,11 +289,12 @@ pub unsafe fn sub_mins(p: *const u16) -> I {
     _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi16(_mm_loadu_si128(p as *const __m128i)))
 }
 
-/// The row's two half-block activation sums (two i32, each within
-/// 16 * 127) as an i16 pair in every lane (half 0 low).
+/// The row's two half-block activation sums (two i32, each `2^S` times a
+/// sum within 16 * 127: the activations carry an offset format's offset)
+/// divided by `2^S`, as an i16 pair in every lane (half 0 low).
 #[inline(always)]
-pub unsafe fn sum_pair(p: *const i32) -> I {
-    let v = _mm256_set1_epi64x((p as *const i64).read_unaligned());
+pub unsafe fn sum_pair<const S: i32>(p: *const i32) -> I {
+    let v = _mm256_srai_epi32::<S>(_mm256_set1_epi64x((p as *const i64).read_unaligned()));
     _mm256_packs_epi32(v, v)
 }
 
@@ -303,4 +304,46 @@ pub unsafe fn sum_pair(p: *const i32) -> I {
 #[inline(always)]
 pub unsafe fn scaled_sum(acc: I, a: I, b: I) -> I {
     _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+}
+
+// Signed integer sub-scales (GGUF Q6_K): entry 0 holds each column's two
+// i8 scales (one per 16 values); kept only in those kernels.
+
+/// The column group's 16 i8 scales sign-extended: column `c`'s lane holds
+/// its two halves' scales as an i16 pair (half 0 low).
+#[inline(always)]
+pub unsafe fn sub_pair_s(p: *const u16) -> I {
+    _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// Both halves' offset terms `-2^S sc` (an offset of `2^S`, at most 4096
+/// in size) as an i16 pair per column lane, for [`scaled_sum`] against
+/// [`sum_pair`].
+#[inline(always)]
+pub unsafe fn sub_offset_s<const S: i32>(p: *const u16) -> I {
+    _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16::<S>(sub_pair_s(p)))
+}
+
+/// [`sub_scale_s`]'s word shuffles: half `H`'s i16 scale into both halves
+/// of each lane of [`sub_pair_s`]'s result (in-lane, so the same for both
+/// 128-bit lanes).
+pub const SUB_CTL_S: [[i8; 32]; 2] = [
+    [0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, 0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13],
+    [2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15, 2, 3, 2, 3, 6, 7, 6, 7, 10, 11, 10, 11, 14, 15, 14, 15],
+];
+
+/// Half `H`'s signed scale in both i16 halves of each column's lane.
+#[inline(always)]
+pub unsafe fn sub_scale_s<const H: usize>(p: *const u16) -> I {
+    let ctl = _mm256_loadu_si256(SUB_CTL_S[H].as_ptr() as *const __m256i);
+    _mm256_shuffle_epi8(sub_pair_s(p), ctl)
+}
+
+/// acc + per-lane sums of 4 products of unsigned `a` and signed `x` and of
+/// `b` and `y` (levels below 64: the i16 pair sums stay below 2^15, as in
+/// [`dot2_u`]), each pair sum times the i16 scale `s` of its lane.
+#[inline(always)]
+pub unsafe fn dot2_sc(acc: I, a: I, x: I, b: I, y: I, s: I) -> I {
+    let p = _mm256_add_epi16(_mm256_maddubs_epi16(a, x), _mm256_maddubs_epi16(b, y));
+    _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
 }

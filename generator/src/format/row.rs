@@ -78,28 +78,36 @@ pub struct Int8Repack {
     pub int_sub_scales: Option<IntSubScales>,
 }
 
-/// A format whose super-block holds an f16 `d` and `dmin` and, per 16
-/// values, one byte with a 4-bit scale level `sc` (low nibble) and a 4-bit
-/// min level `m` (high nibble): the weight is `d sc q - dmin m` (GGUF
-/// Q2_K). The int8 layout then stores these bytes as they are (two per
-/// column and 32-value block) and the super-block's `d` and `-dmin` once
-/// (in the f16 entries of its first two blocks), 12 bytes per column and
-/// 32 values where f16 sub-scales and mins take 16; kernels on ISAs with
+/// A format whose super-block holds f16 scales and, per 16 values, one
+/// byte of integer sub-scale: either a 4-bit scale level `sc` (low nibble)
+/// and a 4-bit min level `m` (high nibble) under `d` and `dmin`, the weight
+/// `d sc q - dmin m` (GGUF Q2_K); or (`signed`) an i8 scale `sc` under
+/// `d`, the weight `d sc (q - offset)` (GGUF Q6_K). The int8 layout then
+/// stores these bytes as they are (two per column and 32-value block) and
+/// the super-block's `d` and `-dmin` (signed: `-d`) once, in the f16
+/// entries of its first two blocks; kernels on ISAs with
 /// [`crate::family::int8::isa::I8Isa::int_sub_scales`] read that form.
 #[derive(Clone, Copy, Debug)]
 pub struct IntSubScales {
-    /// The scale-and-min byte of 16-value sub-block `s` of a block.
+    /// The sub-scale byte of 16-value sub-block `s` of a block.
     pub byte: fn(&[u8], usize) -> u8,
-    /// The block's `d` and `dmin` as f16 bits.
+    /// The block's `d` and `dmin` (signed: `d` twice) as f16 bits.
     pub supers: fn(&[u8]) -> [u16; 2],
+    /// The bytes are i8 scales, and the format's offset comes off through
+    /// the activation sums times them; else scale and min nibbles.
+    pub signed: bool,
 }
 
 impl IntSubScales {
-    /// Sub-block `s`'s scale and min exactly, in f64: `d sc` and
-    /// `-(dmin m)` (what the kernels that keep them integers apply).
+    /// Sub-block `s`'s scale and min exactly, in f64 (what the kernels that
+    /// keep them integers apply): `d sc` and `-(dmin m)`, or `d sc` and 0
+    /// for signed scales (the offset is the levels').
     pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
         let [d, dmin] = (self.supers)(block).map(|b| half::f16::from_bits(b).to_f64());
         let b = (self.byte)(block, s);
+        if self.signed {
+            return (d * (b as i8) as f64, 0.0);
+        }
         (d * (b & 0x0F) as f64, -(dmin * (b >> 4) as f64))
     }
 }

@@ -78,15 +78,16 @@ pub struct I8Isa {
     /// in-register unpack until measured on their hardware.
     pub scratch_levels: bool,
     /// Formats with integer sub-scales under an f16 super-block scale
-    /// (Q2_K's 4-bit scale and min per 16 values,
-    /// [`crate::format::row::IntSubScales`]) keep them integers: each
-    /// half block's i16 pair sums are widened by one madd with the
-    /// sub-scale in place of the word of ones, the mins go in through one
-    /// madd of the min pair with the row's two half sums, and only the
-    /// super-block's two i32 sums are converted and scaled. The f16 layout
-    /// takes a conversion and two FMAs per half block, row and column
-    /// group on the multiply pipes the dots use. Needs the i16 pair sums
-    /// of maddubs ISAs: AVX2.
+    /// ([`crate::format::row::IntSubScales`]: Q2_K's 4-bit scale and min
+    /// per 16 values, Q6_K's i8 scale per 16) keep them integers: each
+    /// part's i16 pair sums are widened by one madd with the sub-scale in
+    /// place of the word of ones, the mins (or the offset times the
+    /// scales) go in through one madd of the pair of sub-scale values with
+    /// the row's two half sums, and only the super-block's two i32 sums are
+    /// converted and scaled. The f16 layout takes a conversion and an FMA
+    /// or two (and an offset subtraction) per part, row and column group on
+    /// the pipes the dots use. Needs the i16 pair sums of maddubs ISAs:
+    /// AVX2 (the others' dots accumulate in i32).
     pub int_sub_scales: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets

@@ -63,6 +63,12 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
             // 2x2 (rows x columns) tiles, i32 and f32.
             2 * tile.m_r.div_ceil(2) * tile.t_sub
         }
+    } else if crate::family::int8::emit::micro::int_scales(spec, isa)
+        && matches!(spec.bits(), 5 | 6)
+    {
+        // `dot2_sc` sums straight into the super-block's sums (scaled
+        // levels and offsets); the part's scales stay live.
+        tile.t_sub * tile.m_r + tile.t_sub
     } else if crate::family::int8::emit::micro::int_scales(spec, isa) {
         // The half block's i16 pair sums and the super-block's two i32
         // sums (scaled levels, mins). (4x8 would fit 16 registers only
@@ -81,8 +87,10 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
     }
     if scratch_levels(spec, isa) {
         // Levels loaded unpacked: each column group's level pair, two
-        // activation vectors and the word of ones; no masks or planes.
-        return accumulators + 2 * tile.t_sub + 2 + 1;
+        // activation vectors and the word of ones (the scales, counted
+        // above, in its place with integer sub-scales); no masks or planes.
+        let ones = usize::from(!crate::family::int8::emit::micro::int_scales(spec, isa));
+        return accumulators + 2 * tile.t_sub + 2 + ones;
     }
     // Codebook and grid kernels keep their tables in registers too.
     accumulators

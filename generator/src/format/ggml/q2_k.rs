@@ -44,6 +44,7 @@ pub const Q2_K: Format = Format {
         int_sub_scales: Some(IntSubScales {
             byte: |blk, s| blk[s],
             supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
+            signed: false,
         }),
     }),
 };

@@ -16,7 +16,7 @@ use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, QK};
 
 pub const Q6_K: Format = Format {
     tag: "q6_k",
@@ -37,7 +37,14 @@ pub const Q6_K: Format = Format {
         mins: false,
         scales_per_block: 2,
         act_group: 8,
-        int_sub_scales: None,
+        int_sub_scales: Some(IntSubScales {
+            byte: |blk, s| blk[SC + s],
+            supers: |blk| {
+                let d = u16::from_le_bytes([blk[D], blk[D + 1]]);
+                [d, d]
+            },
+            signed: true,
+        }),
     }),
 };
 
@@ -198,6 +205,37 @@ mod tests {
             let want = (0.5 * (f as i32 / 16 - 8) as f32) * (lv[f] as i32 - 32) as f32;
             assert_eq!(w[f].to_bits(), want.to_bits(), "value {f}");
         }
+    }
+
+    #[test]
+    fn integer_sub_scales_give_the_weights() {
+        // The file's i8 scales and f16 d, taken exactly, give gguf-py's
+        // weights (d * sc is exact in f32: an 11-bit d times an 8-bit sc).
+        let mut rng = Rng::new(23);
+        let int = Q6_K
+            .int8
+            .and_then(|r| r.int_sub_scales)
+            .expect("int sub-scales");
+        assert!(int.signed);
+        let mut w = [0f32; QK_K];
+        for t in 0..200 {
+            let mut b: Vec<u8> = (0..210).map(|_| rng.below(256) as u8).collect();
+            let v = 2f32.powi(rng.below(30) as i32 - 20) * (rng.f32() - 0.5);
+            b[D..].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+            dequantize(&b, &mut w);
+            assert_eq!((int.supers)(&b), [read_u16(&b), read_u16(&b)]);
+            let lv = levels(&b);
+            for (f, &want) in w.iter().enumerate() {
+                let (d, m) = int.exact(&b, f / 16);
+                assert_eq!(m, 0.0);
+                let got = d * Q6_K.level_value(lv[f]) as f64;
+                assert_eq!(got as f32, want, "block {t} value {f}");
+            }
+        }
+    }
+
+    fn read_u16(b: &[u8]) -> u16 {
+        u16::from_le_bytes([b[D], b[D + 1]])
     }
 
     #[test]

@@ -357,6 +357,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     };
     halves.push(block);
     let int = int_scales(&p.spec, isa);
+    if int && matches!(p.spec.bits(), 5 | 6) {
+        // `dot2_sc` sums into `sa`: no per-part accumulators.
+        zero = TokenStream::new();
+    }
     let mut body = TokenStream::new();
     for (h, part) in halves.iter().enumerate() {
         let fold = if int {
@@ -410,41 +414,72 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     )
 }
 
-/// The fold of half `h` of a block on a kernel that keeps integer
-/// sub-scales ([`int_scales`]): the half's i16 pair sums widened by one
-/// madd with its scale levels into the super-block's i32 sums `sa`; after
-/// the last half, both halves' mins times the row's two half sums (one
-/// madd) into `sm`. The stream's entry 0 of the block holds the column
-/// group's sub-scale bytes.
+/// The fold of part `h` of a block on a kernel that keeps integer
+/// sub-scales ([`int_scales`]): the part's i16 pair sums widened by one
+/// madd with its scale levels into the super-block's i32 sums `sa` (5- and
+/// 6-bit levels took theirs in `dot2_sc` already); after the last part,
+/// one madd of each column's two sub-scale values against the row's two
+/// half sums into `sm`: the min levels (nibble form), or the signed
+/// scales, which times the offset remove it. The stream's entry 0 of the
+/// block holds the column group's sub-scale bytes.
 fn int_fold(p: &MicroSpec, rows: usize, h: usize, last: bool) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
+    let signed = p
+        .spec
+        .format
+        .int8
+        .and_then(|r| r.int_sub_scales)
+        .is_some_and(|i| i.signed);
     let hl = lit(h);
     let mut fold = TokenStream::new();
-    for t in 0..t_sub {
-        let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
-        fold.extend(quote! { let #sv = ops::sub_scale::<#hl>(ops::sub_bytes(sc.add(#off))); });
-    }
-    for r in 0..rows {
+    if !matches!(p.spec.bits(), 5 | 6) {
         for t in 0..t_sub {
-            let (a, i, sv) = (
-                sav(r, t),
-                format_ident!("i_{}_{}", r, t),
-                format_ident!("sv_{}", t),
-            );
-            fold.extend(quote! { #a = ops::scaled_sum(#a, #i, #sv); });
+            let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
+            fold.extend(if signed {
+                quote! { let #sv = ops::sub_scale_s::<#hl>(sc.add(#off)); }
+            } else {
+                quote! { let #sv = ops::sub_scale::<#hl>(ops::sub_bytes(sc.add(#off))); }
+            });
+        }
+        for r in 0..rows {
+            for t in 0..t_sub {
+                let (a, i, sv) = (
+                    sav(r, t),
+                    format_ident!("i_{}_{}", r, t),
+                    format_ident!("sv_{}", t),
+                );
+                fold.extend(quote! { #a = ops::scaled_sum(#a, #i, #sv); });
+            }
         }
     }
     if last {
+        // The activation sums of an offset format carry the offset (Q6_K:
+        // 32 * sum, past i16): shifted back down before they are packed.
+        // Signed scales take the offset (`-offset sc`, within i16) and add
+        // into the scaled sums `sa`, under the same `d`; min levels go into
+        // `sm`, under `dmin`.
+        let offset = p.spec.format.offset().max(1) as u32;
+        assert!(
+            offset.is_power_of_two(),
+            "{}: offset {offset}",
+            p.spec.format_tag()
+        );
+        let shift = proc_macro2::Literal::i32_unsuffixed(offset.trailing_zeros() as i32);
         for t in 0..t_sub {
             let (mv, off) = (format_ident!("mv_{}", t), lit(t * l));
-            fold.extend(quote! { let #mv = ops::sub_mins(sc.add(#off)); });
+            fold.extend(if signed {
+                quote! { let #mv = ops::sub_offset_s::<#shift>(sc.add(#off)); }
+            } else {
+                quote! { let #mv = ops::sub_mins(sc.add(#off)); }
+            });
         }
         let n = lit(p.spec.sums_per_block());
         for r in 0..rows {
             let (bp, row) = (format_ident!("bp_{}", r), lit(r));
-            fold.extend(quote! { let #bp = ops::sum_pair(xc.add(#row * ldb * #n)); });
+            fold.extend(quote! { let #bp = ops::sum_pair::<#shift>(xc.add(#row * ldb * #n)); });
             for t in 0..t_sub {
-                let (m, mv) = (smv(r, t), format_ident!("mv_{}", t));
+                let m = if signed { sav(r, t) } else { smv(r, t) };
+                let mv = format_ident!("mv_{}", t);
                 fold.extend(quote! { #m = ops::scaled_sum(#m, #mv, #bp); });
             }
         }
@@ -454,21 +489,23 @@ fn int_fold(p: &MicroSpec, rows: usize, h: usize, last: bool) -> TokenStream {
 
 /// The micro kernel of a format with integer sub-scales: per super-block
 /// (the activation scale group) zeroed i32 sums `sa` (levels times scale
-/// levels) and `sm` (min levels times activation sums), then `y += dx (d
-/// sa - dmin sm)`, with `d` and `-dmin` read from entry 1 of the group's
+/// levels, and for signed scales the offset's share) and, for min
+/// nibbles, `sm` (min levels times activation sums), then `y += dx (d sa
+/// - dmin sm)`, with `d` and `-dmin` read from entry 1 of the group's
 /// first and second blocks (`sg`).
 fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let tw = p.tile.t_u * l;
+    let mins = p.spec.mins();
     let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
     for t in 0..t_sub {
         let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
         // Entry 1 of block 0, and of block 1 (a block is 2 TW entries).
         let (d_at, m_at) = (lit(tw + t * l), lit(3 * tw + t * l));
-        close.extend(quote! {
-            let #dw = ops::scales(sg.add(#d_at));
-            let #mw = ops::scales(sg.add(#m_at));
-        });
+        close.extend(quote! { let #dw = ops::scales(sg.add(#d_at)); });
+        if mins {
+            close.extend(quote! { let #mw = ops::scales(sg.add(#m_at)); });
+        }
     }
     for r in 0..rows {
         let (dx, row) = (format_ident!("dx_{}", r), lit(r));
@@ -476,12 +513,15 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
         for t in 0..t_sub {
             let (a, m, off) = (sav(r, t), smv(r, t), lit(t * l));
             let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
-            open.extend(quote! {
-                let mut #a = ops::zero_i();
-                let mut #m = ops::zero_i();
-            });
+            open.extend(quote! { let mut #a = ops::zero_i(); });
+            let v = if mins {
+                open.extend(quote! { let mut #m = ops::zero_i(); });
+                quote! { ops::fmaf(ops::cvti(#m), #mw, ops::mulf(ops::cvti(#a), #dw)) }
+            } else {
+                quote! { ops::mulf(ops::cvti(#a), #dw) }
+            };
             close.extend(quote! {
-                let v = ops::fmaf(ops::cvti(#m), #mw, ops::mulf(ops::cvti(#a), #dw));
+                let v = #v;
                 ops::storef(
                     y.add(#row * ldy + #off),
                     ops::fmaf(v, #dx, ops::loadf(y.add(#row * ldy + #off))),
@@ -556,6 +596,36 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
 /// maddubs ISAs the i16 pair sums of levels below 64 leave room for two
 /// products, not for a whole block), then the fence.
 fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
+    pair_dots_into(isa, rows, t_sub, g, false)
+}
+
+/// [`pair_dots`], or with `scaled` (a kernel that keeps integer
+/// sub-scales, [`int_scales`]) each pair's i16 sums widened by the part's
+/// scale levels `sv_{t}` (`dot2_sc`) straight into the super-block sums
+/// `sa`.
+fn pair_dots_into(isa: &I8Isa, rows: usize, t_sub: usize, g: usize, scaled: bool) -> TokenStream {
+    if scaled {
+        let mut out = TokenStream::new();
+        for r in 0..rows {
+            let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
+            let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
+            out.extend(quote! {
+                let #xl = #bl;
+                let #xh = #bh;
+            });
+            for t in 0..t_sub {
+                let (a, lo, hi, sv) = (
+                    sav(r, t),
+                    format_ident!("lo_{}", t),
+                    format_ident!("hi_{}", t),
+                    format_ident!("sv_{}", t),
+                );
+                out.extend(quote! { #a = ops::dot2_sc(#a, #lo, #xl, #hi, #xh, #sv); });
+            }
+        }
+        out.extend(fence_of(isa, rows, t_sub, &["sa"]));
+        return out;
+    }
     let mut out = TokenStream::new();
     for r in 0..rows {
         let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
@@ -607,15 +677,24 @@ fn level_parts(
     rows: usize,
     level: impl Fn(usize, usize) -> TokenStream,
 ) -> Vec<TokenStream> {
-    let t_sub = p.tile.t_sub;
+    let (t_sub, l) = (p.tile.t_sub, p.lanes);
     // Chunk pairs per scale: 4, or 2 with a scale per 16 values.
     let per_part = 4 / p.spec.scales_per_block();
+    let scaled = int_scales(&p.spec, isa);
     let mut parts = vec![TokenStream::new()];
     for k in 0..4 {
         if k > 0 && k % per_part == 0 {
             parts.push(TokenStream::new());
         }
         let block = parts.last_mut().expect("a part");
+        if scaled && k % per_part == 0 {
+            // The part's scale levels, sign-extended into i16 pairs.
+            let h = lit(k / per_part);
+            for t in 0..t_sub {
+                let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
+                block.extend(quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); });
+            }
+        }
         for t in 0..t_sub {
             for (v, name) in [(2 * k, "lo"), (2 * k + 1, "hi")] {
                 let q = format_ident!("{}_{}", name, t);
@@ -623,7 +702,7 @@ fn level_parts(
                 block.extend(quote! { let #q = #l; });
             }
         }
-        block.extend(pair_dots(isa, rows, t_sub, k));
+        block.extend(pair_dots_into(isa, rows, t_sub, k, scaled));
     }
     parts
 }
@@ -748,9 +827,18 @@ mod tests {
                 let unpacks = usize::from(!scratch_levels(&spec, isa));
                 assert_eq!(n("ops :: lo6"), 6 * 2 * unpacks, "{} lo6", isa.name);
                 assert_eq!(n("ops :: spill6"), 2 * 2 * unpacks, "{} spill6", isa.name);
-                assert_eq!(n("ops :: dot2_u"), 4 * 2 * rows, "{} dot2_u", isa.name);
-                assert_eq!(n("ops :: subi"), 2 * 2 * rows, "{} subi", isa.name);
-                for h in 0..2 {
+                // Integer scales (AVX2): scaled dots, the offset through
+                // one madd per block (`q6_k_on_avx2_keeps_signed_sub_scales`).
+                let int = int_scales(&spec, isa);
+                let dot = if int {
+                    "ops :: dot2_sc"
+                } else {
+                    "ops :: dot2_u"
+                };
+                assert_eq!(n(dot), 4 * 2 * rows, "{} {dot}", isa.name);
+                let subs = if int { 0 } else { 2 * 2 * rows };
+                assert_eq!(n("ops :: subi"), subs, "{} subi", isa.name);
+                for h in (0..2).filter(|_| !int) {
                     let at = format!("xc . add ({} * ldb * 2 + {h})", rows - 1);
                     assert!(k.contains(&at), "{} {at}", isa.name);
                 }
@@ -794,7 +882,12 @@ mod tests {
                 let k = micro_kernel(&p, &AVX2, rows).to_string();
                 let n = |pat: &str| k.matches(pat).count();
                 assert_eq!(n("ops :: loadb (w . add"), 8 * t_sub, "{tag} loads");
-                assert_eq!(n("ops :: dot2_u"), 4 * t_sub * rows, "{tag} dots");
+                let dot = if int_scales(&spec, &AVX2) {
+                    "ops :: dot2_sc"
+                } else {
+                    "ops :: dot2_u"
+                };
+                assert_eq!(n(dot), 4 * t_sub * rows, "{tag} dots");
                 for prim in ["hb_lo", "hb_hi", "lo6", "spill6", "nib_lo"] {
                     assert!(!k.contains(prim), "{tag} {prim} in the micro kernel");
                 }
@@ -859,7 +952,7 @@ mod tests {
                 );
             }
             assert_eq!(n("ops :: sub_mins"), t_sub);
-            assert_eq!(n("ops :: sum_pair"), rows);
+            assert_eq!(n("ops :: sum_pair :: < 0 >"), rows);
             assert_eq!(n("ops :: scaled_sum"), 3 * rows * t_sub);
             assert_eq!(n("ops :: pair_acc"), 8 * rows * t_sub);
             assert!(!k.contains("block_sum") && !k.contains("splati"));
@@ -883,10 +976,85 @@ mod tests {
                 isa.name
             );
         }
-        for tag in ["q4_k", "q3_k", "q6_k", "tq2_0", "q4_0"] {
+        for tag in ["q4_k", "q3_k", "q5_k", "tq2_0", "q4_0"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!int_scales(&spec, &AVX2), "{tag}");
         }
+    }
+
+    /// Q6_K on AVX2 keeps its i8 scales: per part (16 values) one signed
+    /// scale shuffle per column group, every chunk pair's dots scaled by it
+    /// into `sa` (`dot2_sc`, no per-part accumulator or f16 fold), and one
+    /// madd per row of `-32` times the scale pair against the half sums
+    /// brought down from `32 sum` (`sum_pair::<5>`) into `sa` too.
+    /// Its template items stay out of Q2_K's kernels and back.
+    #[test]
+    fn q6_k_on_avx2_keeps_signed_sub_scales() {
+        for (op, t_u, t_sub, rows) in [
+            (Op::Gemv, 2, 2, 1),
+            (Op::Gemm { m: 32 }, 2, 2, 2),
+            (Op::Gemm { m: 32 }, 3, 1, 3),
+        ] {
+            let spec = I8Spec::from_tag(op, "q6_k").expect("format");
+            assert!(int_scales(&spec, &AVX2));
+            let p = MicroSpec {
+                spec,
+                tile: I8Tile {
+                    t_u,
+                    t_sub,
+                    m_r: rows,
+                },
+                lanes: AVX2.lanes,
+            };
+            let k = micro_kernel(&p, &AVX2, rows).to_string();
+            let n = |pat: &str| k.matches(pat).count();
+            for h in 0..2 {
+                assert_eq!(
+                    n(&format!("ops :: sub_scale_s :: < {h} >")),
+                    t_sub,
+                    "half {h}"
+                );
+            }
+            assert_eq!(n("ops :: dot2_sc"), 4 * rows * t_sub);
+            assert_eq!(n("ops :: sub_offset_s :: < 5 >"), t_sub);
+            assert_eq!(n("ops :: sum_pair :: < 5 >"), rows);
+            assert_eq!(n("ops :: scaled_sum (sa_"), rows * t_sub);
+            for no in ["dot2_u", "subi", "i_0_0", "sm_0_0"] {
+                assert!(!k.contains(no), "{no}");
+            }
+            // Only `d`, of block 0, at the close.
+            assert_eq!(n("ops :: scales"), t_sub);
+        }
+        let items = |tag: &str| -> Vec<String> {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            crate::family::int8::emit::ops_items(&spec, &AVX2)
+                .expect("items")
+                .iter()
+                .filter_map(|it| match it {
+                    syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+                    syn::Item::Const(c) => Some(c.ident.to_string()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (q6, q2, q4) = (items("q6_k"), items("q2_k"), items("q4_k"));
+        for name in [
+            "dot2_sc",
+            "sub_scale_s",
+            "SUB_CTL_S",
+            "sub_offset_s",
+            "sum_pair",
+        ] {
+            assert!(q6.iter().any(|n| n == name), "q6_k {name}");
+            assert!(!q4.iter().any(|n| n == name), "q4_k {name}");
+        }
+        for name in ["sub_scale", "SUB_CTL", "sub_mins"] {
+            assert!(
+                q2.iter().any(|n| n == name) && !q6.iter().any(|n| n == name),
+                "{name}"
+            );
+        }
+        assert!(!q2.iter().any(|n| n == "dot2_sc"));
     }
 
     /// GEMV on plain nibbles over vpdpbusd: high nibbles masked in place

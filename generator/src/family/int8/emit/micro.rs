@@ -77,11 +77,12 @@ pub(crate) fn scratch_levels(spec: &I8Spec, isa: &I8Isa) -> bool {
 /// ([`I8Isa::int_sub_scales`], [`crate::format::row::IntSubScales`]): the
 /// layout then stores them as they are (`I8Layout::int_sub_scales`).
 pub(crate) fn int_scales(spec: &I8Spec, isa: &I8Isa) -> bool {
-    // The integer fold has no offset removal: formats with integer
-    // sub-scales carry their offset as mins.
-    debug_assert!(
-        spec.format.int8.and_then(|r| r.int_sub_scales).is_none() || spec.format.offset() == 0
-    );
+    // The integer fold removes an offset only through signed scales.
+    debug_assert!(spec
+        .format
+        .int8
+        .and_then(|r| r.int_sub_scales)
+        .is_none_or(|i| i.signed || spec.format.offset() == 0));
     isa.int_sub_scales
         && isa.group_bytes == 4
         && isa.sve_bits.is_none()

@@ -35,14 +35,16 @@ const MIN_ITEMS: &[&str] = &["splat_pair"];
 
 const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
 /// Integer sub-scale primitives, only in kernels that keep them
-/// ([`crate::family::int8::emit::micro::int_scales`]).
-const INT_SCALE_ITEMS: &[&str] = &[
-    "SUB_CTL",
-    "sub_bytes",
-    "sub_scale",
-    "sub_mins",
-    "sum_pair",
-    "scaled_sum",
+/// ([`crate::family::int8::emit::micro::int_scales`]): those of both
+/// forms, then the nibble form's and the signed form's own.
+const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
+const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
+const INT_SIGNED_ITEMS: &[&str] = &[
+    "SUB_CTL_S",
+    "sub_pair_s",
+    "sub_scale_s",
+    "sub_offset_s",
+    "dot2_sc",
 ];
 /// The 2-bit unpack, likewise only in 2-bit kernels.
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
@@ -92,9 +94,14 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 )
             } else if p.spec.bits() == 6 {
                 format!(
-                    "6-bit unsigned levels - {}, a scale per {} values",
+                    "6-bit unsigned levels - {}, a scale per {} values{}",
                     p.spec.format.offset(),
-                    32 / p.spec.scales_per_block()
+                    32 / p.spec.scales_per_block(),
+                    if crate::family::int8::emit::micro::int_scales(&p.spec, &isa) {
+                        " (kept as i8 under the super-block's f16 d)"
+                    } else {
+                        ""
+                    }
                 )
             } else if p.spec.bits() == 2 {
                 format!("2-bit unsigned levels - {}", p.spec.format.offset())
@@ -283,11 +290,27 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     } else {
         items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
     }
-    if crate::family::int8::emit::micro::int_scales(spec, isa) {
-        require(&items, INT_SCALE_ITEMS, spec, isa)?;
-    } else {
-        items.retain(|it| item_name(it).is_none_or(|n| !INT_SCALE_ITEMS.contains(&n.as_str())));
+    let form = crate::family::int8::emit::micro::int_scales(spec, isa)
+        .then(|| spec.format.int8.and_then(|r| r.int_sub_scales))
+        .flatten();
+    let (keep, drop): (Vec<&str>, Vec<&str>) = match form {
+        None => (
+            vec![],
+            [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS, INT_SIGNED_ITEMS].concat(),
+        ),
+        Some(f) if f.signed => (
+            [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
+            INT_NIBBLE_ITEMS.to_vec(),
+        ),
+        Some(_) => (
+            [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
+            INT_SIGNED_ITEMS.to_vec(),
+        ),
+    };
+    if form.is_some() {
+        require(&items, &keep, spec, isa)?;
     }
+    items.retain(|it| item_name(it).is_none_or(|n| !drop.contains(&n.as_str())));
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
     } else {
