@@ -175,6 +175,16 @@ mod tests {
         }
     }
 
+    /// A block of random bytes with `d` and `dmin` across f16's range.
+    fn random_block(rng: &mut Rng) -> Vec<u8> {
+        let mut b: Vec<u8> = (0..84).map(|_| rng.below(256) as u8).collect();
+        for at in [D, D + 2] {
+            let v = 2f32.powi(rng.below(40) as i32 - 24) * rng.f32();
+            b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+        }
+        b
+    }
+
     #[test]
     fn int8_row_gives_the_weights_bit_for_bit() {
         // Random blocks, d and dmin across f16's range: each 32 values'
@@ -183,11 +193,7 @@ mod tests {
         let row = Q2_K.int8.expect("int8 row");
         let mut w = [0f32; QK_K];
         for t in 0..300 {
-            let mut b: Vec<u8> = (0..84).map(|_| rng.below(256) as u8).collect();
-            for at in [D, D + 2] {
-                let v = 2f32.powi(rng.below(40) as i32 - 24) * rng.f32();
-                b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
-            }
+            let b = random_block(&mut rng);
             dequantize(&b, &mut w);
             for s in 0..QK_K / QK {
                 for (i, q) in (row.block_levels)(&b, s).into_iter().enumerate() {
@@ -216,11 +222,7 @@ mod tests {
             .expect("int sub-scales");
         let mut w = [0f32; QK_K];
         for t in 0..300 {
-            let mut b: Vec<u8> = (0..84).map(|_| rng.below(256) as u8).collect();
-            for at in [D, D + 2] {
-                let v = 2f32.powi(rng.below(40) as i32 - 24) * rng.f32();
-                b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
-            }
+            let b = random_block(&mut rng);
             dequantize(&b, &mut w);
             for (f, &want) in w.iter().enumerate() {
                 let (d, m) = int.exact(&b, f / 16);

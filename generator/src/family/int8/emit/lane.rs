@@ -4,11 +4,12 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, int_scales, micro_fn, min_factors, min_term, nibble_split, scratch_levels,
+    index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split, scratch_levels,
     six_bit_level, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
+use crate::format::row::IntSubScales;
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
@@ -356,21 +357,20 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         fold
     };
     halves.push(block);
-    let int = int_scales(&p.spec, isa);
-    if int && matches!(p.spec.bits(), 5 | 6) {
+    let form = int_scale_form(&p.spec, isa);
+    if form.is_some() && matches!(p.spec.bits(), 5 | 6) {
         // `dot2_sc` sums into `sa`: no per-part accumulators.
         zero = TokenStream::new();
     }
     let mut body = TokenStream::new();
     for (h, part) in halves.iter().enumerate() {
-        let fold = if int {
-            int_fold(p, rows, h, h + 1 == halves.len())
-        } else {
-            fold_of(h)
+        let fold = match form {
+            Some(form) => int_fold(p, form, rows, h, h + 1 == halves.len()),
+            None => fold_of(h),
         };
         body.extend(quote! { #zero #part #fold });
     }
-    if int {
+    if form.is_some() {
         assert!(grouped, "integer sub-scales come with super-blocks");
         return int_scale_kernel(p, isa, rows, body);
     }
@@ -422,25 +422,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
 /// half sums into `sm`: the min levels (nibble form), or the signed
 /// scales, which times the offset remove it. The stream's entry 0 of the
 /// block holds the column group's sub-scale bytes.
-fn int_fold(p: &MicroSpec, rows: usize, h: usize, last: bool) -> TokenStream {
+fn int_fold(p: &MicroSpec, form: IntSubScales, rows: usize, h: usize, last: bool) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
-    let signed = p
-        .spec
-        .format
-        .int8
-        .and_then(|r| r.int_sub_scales)
-        .is_some_and(|i| i.signed);
-    let hl = lit(h);
+    let signed = form.signed;
     let mut fold = TokenStream::new();
     if !matches!(p.spec.bits(), 5 | 6) {
-        for t in 0..t_sub {
-            let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
-            fold.extend(if signed {
-                quote! { let #sv = ops::sub_scale_s::<#hl>(sc.add(#off)); }
-            } else {
-                quote! { let #sv = ops::sub_scale::<#hl>(ops::sub_bytes(sc.add(#off))); }
-            });
-        }
+        fold.extend(part_scales(p, form, h));
         for r in 0..rows {
             for t in 0..t_sub {
                 let (a, i, sv) = (
@@ -485,6 +472,22 @@ fn int_fold(p: &MicroSpec, rows: usize, h: usize, last: bool) -> TokenStream {
         }
     }
     fold
+}
+
+/// `sv_{t}`: part `h`'s scale levels of each column group in both i16
+/// halves of its lanes, from the block's sub-scale bytes (entry 0).
+fn part_scales(p: &MicroSpec, form: IntSubScales, h: usize) -> TokenStream {
+    let h = lit(h);
+    (0..p.tile.t_sub)
+        .map(|t| {
+            let (sv, off) = (format_ident!("sv_{}", t), lit(t * p.lanes));
+            if form.signed {
+                quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); }
+            } else {
+                quote! { let #sv = ops::sub_scale::<#h>(ops::sub_bytes(sc.add(#off))); }
+            }
+        })
+        .collect()
 }
 
 /// The micro kernel of a format with integer sub-scales: per super-block
@@ -604,28 +607,6 @@ fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
 /// scale levels `sv_{t}` (`dot2_sc`) straight into the super-block sums
 /// `sa`.
 fn pair_dots_into(isa: &I8Isa, rows: usize, t_sub: usize, g: usize, scaled: bool) -> TokenStream {
-    if scaled {
-        let mut out = TokenStream::new();
-        for r in 0..rows {
-            let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
-            let (bl, bh) = (bcast(isa, r, 8 * g), bcast(isa, r, 8 * g + 4));
-            out.extend(quote! {
-                let #xl = #bl;
-                let #xh = #bh;
-            });
-            for t in 0..t_sub {
-                let (a, lo, hi, sv) = (
-                    sav(r, t),
-                    format_ident!("lo_{}", t),
-                    format_ident!("hi_{}", t),
-                    format_ident!("sv_{}", t),
-                );
-                out.extend(quote! { #a = ops::dot2_sc(#a, #lo, #xl, #hi, #xh, #sv); });
-            }
-        }
-        out.extend(fence_of(isa, rows, t_sub, &["sa"]));
-        return out;
-    }
     let mut out = TokenStream::new();
     for r in 0..rows {
         let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
@@ -635,15 +616,22 @@ fn pair_dots_into(isa: &I8Isa, rows: usize, t_sub: usize, g: usize, scaled: bool
             let #xh = #bh;
         });
         for t in 0..t_sub {
-            let (i, lo, hi) = (
-                format_ident!("i_{}_{}", r, t),
-                format_ident!("lo_{}", t),
-                format_ident!("hi_{}", t),
-            );
-            out.extend(quote! { #i = ops::dot2_u(#i, #lo, #xl, #hi, #xh); });
+            let (lo, hi) = (format_ident!("lo_{}", t), format_ident!("hi_{}", t));
+            out.extend(if scaled {
+                let (a, sv) = (sav(r, t), format_ident!("sv_{}", t));
+                quote! { #a = ops::dot2_sc(#a, #lo, #xl, #hi, #xh, #sv); }
+            } else {
+                let i = format_ident!("i_{}_{}", r, t);
+                quote! { #i = ops::dot2_u(#i, #lo, #xl, #hi, #xh); }
+            });
         }
     }
-    out.extend(fence(isa, rows, t_sub));
+    out.extend(fence_of(
+        isa,
+        rows,
+        t_sub,
+        &[if scaled { "sa" } else { "i" }],
+    ));
     out
 }
 
@@ -677,23 +665,18 @@ fn level_parts(
     rows: usize,
     level: impl Fn(usize, usize) -> TokenStream,
 ) -> Vec<TokenStream> {
-    let (t_sub, l) = (p.tile.t_sub, p.lanes);
+    let t_sub = p.tile.t_sub;
     // Chunk pairs per scale: 4, or 2 with a scale per 16 values.
     let per_part = 4 / p.spec.scales_per_block();
-    let scaled = int_scales(&p.spec, isa);
+    let form = int_scale_form(&p.spec, isa);
     let mut parts = vec![TokenStream::new()];
     for k in 0..4 {
         if k > 0 && k % per_part == 0 {
             parts.push(TokenStream::new());
         }
         let block = parts.last_mut().expect("a part");
-        if scaled && k % per_part == 0 {
-            // The part's scale levels, sign-extended into i16 pairs.
-            let h = lit(k / per_part);
-            for t in 0..t_sub {
-                let (sv, off) = (format_ident!("sv_{}", t), lit(t * l));
-                block.extend(quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); });
-            }
+        if let Some(form) = form.filter(|_| k % per_part == 0) {
+            block.extend(part_scales(p, form, k / per_part));
         }
         for t in 0..t_sub {
             for (v, name) in [(2 * k, "lo"), (2 * k + 1, "hi")] {
@@ -702,7 +685,7 @@ fn level_parts(
                 block.extend(quote! { let #q = #l; });
             }
         }
-        block.extend(pair_dots_into(isa, rows, t_sub, k, scaled));
+        block.extend(pair_dots_into(isa, rows, t_sub, k, form.is_some()));
     }
     parts
 }
@@ -762,6 +745,7 @@ pub(crate) fn unpack_fn(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::family::int8::emit::micro::int_scales;
     use crate::family::int8::isa::{AVX2, AVX512VNNI, DOTPROD};
     use crate::family::int8::plan::I8Tile;
     use crate::family::int8::spec::I8Spec;
@@ -772,16 +756,27 @@ mod tests {
     }
 
     fn emitted_op(isa: &I8Isa, tag: &str, t_sub: usize, rows: usize, op: Op) -> String {
-        let p = MicroSpec {
-            spec: I8Spec::from_tag(op, tag).expect("format"),
+        let p = on_tile(
+            isa,
+            I8Spec::from_tag(op, tag).expect("format"),
+            t_sub,
+            t_sub,
+            rows,
+        );
+        micro_kernel(&p, isa, rows).to_string()
+    }
+
+    /// `spec` on a `rows` x `t_sub` micro tile of a `t_u` tile on `isa`.
+    fn on_tile(isa: &I8Isa, spec: I8Spec, t_u: usize, t_sub: usize, rows: usize) -> MicroSpec {
+        MicroSpec {
+            spec,
             tile: I8Tile {
-                t_u: t_sub,
+                t_u,
                 t_sub,
                 m_r: rows,
             },
             lanes: isa.lanes,
-        };
-        micro_kernel(&p, isa, rows).to_string()
+        }
     }
 
     /// Signed and codebook levels on the vpdpbusd ISAs: flipped (8-bit) or
@@ -870,15 +865,7 @@ mod tests {
             let one = I8Spec::from_tag(Op::Gemm { m: 1 }, tag).expect("format");
             assert!(!scratch_levels(&one, &AVX2), "{tag} m=1");
             for (t_u, t_sub, rows) in [(2, 2, 2), (2, 1, 4), (3, 1, 1)] {
-                let p = MicroSpec {
-                    spec,
-                    tile: I8Tile {
-                        t_u,
-                        t_sub,
-                        m_r: rows,
-                    },
-                    lanes: AVX2.lanes,
-                };
+                let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
                 let k = micro_kernel(&p, &AVX2, rows).to_string();
                 let n = |pat: &str| k.matches(pat).count();
                 assert_eq!(n("ops :: loadb (w . add"), 8 * t_sub, "{tag} loads");
@@ -933,15 +920,7 @@ mod tests {
         ] {
             let spec = I8Spec::from_tag(op, "q2_k").expect("format");
             assert!(int_scales(&spec, &AVX2));
-            let p = MicroSpec {
-                spec,
-                tile: I8Tile {
-                    t_u,
-                    t_sub,
-                    m_r: rows,
-                },
-                lanes: AVX2.lanes,
-            };
+            let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
             let k = micro_kernel(&p, &AVX2, rows).to_string();
             let n = |pat: &str| k.matches(pat).count();
             for h in 0..2 {
@@ -997,15 +976,7 @@ mod tests {
         ] {
             let spec = I8Spec::from_tag(op, "q6_k").expect("format");
             assert!(int_scales(&spec, &AVX2));
-            let p = MicroSpec {
-                spec,
-                tile: I8Tile {
-                    t_u,
-                    t_sub,
-                    m_r: rows,
-                },
-                lanes: AVX2.lanes,
-            };
+            let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
             let k = micro_kernel(&p, &AVX2, rows).to_string();
             let n = |pat: &str| k.matches(pat).count();
             for h in 0..2 {

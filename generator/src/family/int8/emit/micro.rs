@@ -77,16 +77,19 @@ pub(crate) fn scratch_levels(spec: &I8Spec, isa: &I8Isa) -> bool {
 /// ([`I8Isa::int_sub_scales`], [`crate::format::row::IntSubScales`]): the
 /// layout then stores them as they are (`I8Layout::int_sub_scales`).
 pub(crate) fn int_scales(spec: &I8Spec, isa: &I8Isa) -> bool {
+    int_scale_form(spec, isa).is_some()
+}
+
+/// The integer sub-scales `spec`'s kernels on `isa` keep, if they keep
+/// them ([`int_scales`]).
+pub(crate) fn int_scale_form(
+    spec: &I8Spec,
+    isa: &I8Isa,
+) -> Option<crate::format::row::IntSubScales> {
+    let form = spec.format.int8.and_then(|r| r.int_sub_scales)?;
     // The integer fold removes an offset only through signed scales.
-    debug_assert!(spec
-        .format
-        .int8
-        .and_then(|r| r.int_sub_scales)
-        .is_none_or(|i| i.signed || spec.format.offset() == 0));
-    isa.int_sub_scales
-        && isa.group_bytes == 4
-        && isa.sve_bits.is_none()
-        && spec.format.int8.is_some_and(|r| r.int_sub_scales.is_some())
+    debug_assert!(form.signed || spec.format.offset() == 0);
+    (isa.int_sub_scales && isa.group_bytes == 4 && isa.sve_bits.is_none()).then_some(form)
 }
 
 /// Most blocks one fill of the scratch of levels covers (and its stack

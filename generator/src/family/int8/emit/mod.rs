@@ -290,9 +290,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     } else {
         items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
     }
-    let form = crate::family::int8::emit::micro::int_scales(spec, isa)
-        .then(|| spec.format.int8.and_then(|r| r.int_sub_scales))
-        .flatten();
+    let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
     let (keep, drop): (Vec<&str>, Vec<&str>) = match form {
         None => (
             vec![],
