@@ -58,6 +58,14 @@ pub unsafe fn storeb(p: *mut u8, v: I) {
     _mm256_storeu_si256(p as *mut __m256i, v)
 }
 
+/// Asks for the cache line at `p` ahead of its use (GEMV weight streams,
+/// kept only in those kernels). A prefetch never faults, so `p` may lie
+/// past the matrix.
+#[inline(always)]
+pub unsafe fn prefetch(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+}
+
 /// Low nibbles, as unsigned bytes.
 #[inline(always)]
 pub unsafe fn nib_lo(w: I) -> I {

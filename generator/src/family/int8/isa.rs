@@ -35,6 +35,14 @@ pub struct I8Isa {
     /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
     /// broadcast loads limited it.
     pub x_quad: bool,
+    /// GEMV micro kernels ask for the weight stream's cache lines this many
+    /// bytes ahead (`ops::prefetch` once per line of each block). The GEMV
+    /// reads its weights once, in layout order. On the Zen 3 VM, weights
+    /// beyond L3 (4096x11008 Q4_0 and Q4_K, 1 thread) went from medians of
+    /// 9.5-10.8 GB/s to 11.2-13.3 with 2048 bytes; in a kernel-only
+    /// harness 256 to 1024 bytes did less, and 4096x4096 (in L3) did not
+    /// change. Set only where it was measured (AVX2).
+    pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
     /// [`crate::family::int8::emit`]'s lane kernels); `None` where the
@@ -108,6 +116,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -130,6 +139,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -152,6 +162,7 @@ pub const AVX2: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
+    prefetch: Some(2048),
     x_quad: true,
     scratch_levels: true,
     int_sub_scales: true,
@@ -174,6 +185,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     signed_nibbles: true,
     mmla: false,
     sve_bits: None,
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -196,6 +208,7 @@ pub const I8MM: I8Isa = I8Isa {
     signed_nibbles: true,
     mmla: true,
     sve_bits: None,
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -218,6 +231,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -242,6 +256,7 @@ pub const SVE256: I8Isa = I8Isa {
     signed_nibbles: true,
     mmla: false,
     sve_bits: Some(256),
+    prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,

@@ -120,9 +120,9 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
     // of one row is not the GEMV.
     type Key = (&'static str, &'static str, bool, usize, usize, usize, usize);
     static COUNTS: OnceLock<Mutex<HashMap<Key, BlockCount>>> = OnceLock::new();
-    // The primitives differ between a format's GEMV and its scratch GEMM
-    // (`storeb`): keyed by ISA, format and whether it reads a scratch.
-    type PrimKey = (&'static str, &'static str, bool);
+    // The primitives differ between a format's GEMV (`prefetch`) and its
+    // scratch GEMM (`storeb`): keyed by ISA, format and those two.
+    type PrimKey = (&'static str, &'static str, bool, bool);
     static PRIMS: OnceLock<Mutex<HashMap<PrimKey, Primitives>>> = OnceLock::new();
     let key = (
         isa.name,
@@ -142,16 +142,20 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        all.entry((isa.name, spec.format.tag, scratch_levels(spec, isa)))
-            .or_insert_with(|| {
-                let items = ops_items(spec, isa).unwrap_or_else(|e| {
-                    panic!("{} template for {}: {e}", isa.name, spec.format_tag())
-                });
-                Arc::new(primitives(&items).unwrap_or_else(|e| {
-                    panic!("{} primitives for {}: {e}", isa.name, spec.format_tag())
-                }))
-            })
-            .clone()
+        all.entry((
+            isa.name,
+            spec.format.tag,
+            scratch_levels(spec, isa),
+            crate::family::int8::emit::micro::prefetches(spec, isa),
+        ))
+        .or_insert_with(|| {
+            let items = ops_items(spec, isa)
+                .unwrap_or_else(|e| panic!("{} template for {}: {e}", isa.name, spec.format_tag()));
+            Arc::new(primitives(&items).unwrap_or_else(|e| {
+                panic!("{} primitives for {}: {e}", isa.name, spec.format_tag())
+            }))
+        })
+        .clone()
     };
     let micro_spec = MicroSpec {
         spec: *spec,

@@ -168,9 +168,11 @@ pub(crate) fn micro_fn(
     } else {
         (TokenStream::new(), TokenStream::new())
     };
+    let prefetch = prefetch_lines(p, isa);
     let block_loop = |run: TokenStream| {
         quote! {
             for _ in 0..#run {
+                #prefetch
                 #body
                 w = w.add(#wstep);
                 #wh_step
@@ -219,6 +221,27 @@ pub(crate) fn micro_fn(
             }
         }
     }
+}
+
+/// Whether `spec`'s kernels on `isa` prefetch their weight stream
+/// ([`I8Isa::prefetch`]): GEMVs, which read each weight once.
+pub(crate) fn prefetches(spec: &I8Spec, isa: &I8Isa) -> bool {
+    isa.prefetch.is_some() && spec.op == crate::spec::Op::Gemv
+}
+
+/// The prefetches of one block: each cache line of the tile's block
+/// (`w` steps by it) `I8Isa::prefetch` bytes ahead. `wrapping_add`, since
+/// the address may lie past the matrix, which a prefetch allows.
+fn prefetch_lines(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
+    let Some(ahead) = isa.prefetch.filter(|_| prefetches(&p.spec, isa)) else {
+        return TokenStream::new();
+    };
+    let bytes = 4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes;
+    let lines = (0..bytes.div_ceil(64)).map(|l| {
+        let at = lit(ahead + 64 * l);
+        quote! { ops::prefetch(w.wrapping_add(#at)); }
+    });
+    quote! { #(#lines)* }
 }
 
 /// f16 entries per column and block in the scale stream: the scales (one

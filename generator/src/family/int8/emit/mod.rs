@@ -290,6 +290,11 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     } else {
         items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
     }
+    if crate::family::int8::emit::micro::prefetches(spec, isa) {
+        require(&items, &["prefetch"], spec, isa)?;
+    } else {
+        items.retain(|it| item_name(it).is_none_or(|n| n != "prefetch"));
+    }
     let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
     let (keep, drop): (Vec<&str>, Vec<&str>) = match form {
         None => (
