@@ -33,14 +33,18 @@ pub struct I8Isa {
     /// Activation broadcasts as a 16-byte load (`xquad`) and an in-lane
     /// dword shuffle (`xsel`) instead of a 4-byte broadcast load each:
     /// measured 1.27x on the AVX2 GEMM micro kernel on Zen 3, where the
-    /// broadcast loads limited it.
+    /// broadcast loads limited it. Rust 1.95's LLVM folds the pair back
+    /// into one `vpbroadcastd` from memory (the shipped q4_k 4x8 AVX2 GEMM
+    /// has 80 and no `vpshufd`), which Zen 3 issues on the same two shuffle
+    /// pipes: llvm-mca -mcpu=znver3 puts that kernel at 39 cycles per
+    /// block, bound by those pipes, and a kernel-only timing measured 38.
     pub x_quad: bool,
     /// GEMV micro kernels ask for the weight stream's cache lines this many
     /// bytes ahead (`ops::prefetch` once per line of each block). The GEMV
     /// reads its weights once, in layout order. On the Zen 3 VM, weights
-    /// beyond L3 (4096x11008 Q4_0 and Q4_K, 1 thread) went from medians of
-    /// 9.5-10.8 GB/s to 11.2-13.3 with 2048 bytes; in a kernel-only
-    /// harness 256 to 1024 bytes did less, and 4096x4096 (in L3) did not
+    /// beyond L3 (4096x11008 and 11008x4096, Q4_0 and Q4_K, 1 thread,
+    /// medians of 4 alternating rounds) read 13.4-15.9 GB/s without, 16.9-19.5
+    /// with 2048 bytes and 21.0-26.4 with 4096; 4096x4096 (in L3) did not
     /// change. Set only where it was measured (AVX2).
     pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
@@ -162,7 +166,7 @@ pub const AVX2: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
-    prefetch: Some(2048),
+    prefetch: Some(4096),
     x_quad: true,
     scratch_levels: true,
     int_sub_scales: true,
