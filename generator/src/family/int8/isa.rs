@@ -44,7 +44,7 @@ pub struct I8Isa {
     /// reads its weights once, in layout order. On the Zen 3 VM, weights
     /// beyond L3 (4096x11008 and 11008x4096, Q4_0 and Q4_K, 1 thread,
     /// medians of 4 alternating rounds) read 13.4-15.9 GB/s without, 16.9-19.5
-    /// with 2048 bytes and 21.0-26.4 with 4096; 4096x4096 (in L3) did not
+    /// with 2048 bytes and 21.4-26.4 with 4096; 4096x4096 (in L3) did not
     /// change. Set only where it was measured (AVX2).
     pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
