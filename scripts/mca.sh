@@ -5,10 +5,12 @@
 # have none). Usage:
 #   bash scripts/mca.sh TARGET FORMAT KERNEL [MCPU]
 #   bash scripts/mca.sh zen3 q4_k q4_k_gemm_4x8__avx2 znver3
-# KERNEL is a kernel name from `kgen --target TARGET --format FORMAT`; the
-# script compiles that file with rustc -O, takes the kernel's innermost
-# loop with the most byte dots (the micro kernel for M_R rows) and prints
-# llvm-mca's cycles per iteration (one 32-value block) and its bottleneck.
+# KERNEL is a kernel name from `kgen --target TARGET --format FORMAT
+# --no-profile` (the model's tiles; GEMMs at m = 32); the script compiles
+# that file with rustc -C opt-level=3 for this host (x86 kernels only),
+# takes the kernel's innermost loop with the most byte dots (the micro
+# kernel for M_R rows) and prints llvm-mca's cycles per iteration, which is
+# one 32-value block unless LLVM unrolled the loop, and its bottleneck.
 # Needs llvm-mca (Debian: `apt-get install llvm`). Nothing here is run by CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +24,7 @@ trap 'rm -rf "$work"' EXIT
 [ -n "${KGEN_BIN:-}" ] || cargo build --release -q -p kgen
 kgen=${KGEN_BIN:-target/release/kgen}
 isa=${kernel##*__}
-$kgen --target "$target" --format "$format" --isa "$isa" --no-profile > "$work/all.rs"
+"$kgen" --target "$target" --format "$format" --isa "$isa" --no-profile > "$work/all.rs"
 # Only the named kernel's module: its loops are then the only ones.
 awk -v m="pub mod $kernel {" '
     index($0, m) == 1 { keep = 1 }
@@ -30,7 +32,8 @@ awk -v m="pub mod $kernel {" '
     keep && /^}/ { exit }
 ' "$work/all.rs" > "$work/k.rs"
 [ -s "$work/k.rs" ] || { echo "mca.sh: no kernel $kernel in kgen --target $target --format $format" >&2; exit 1; }
-rustc --edition 2021 --crate-type=lib -C opt-level=3 --emit asm -o "$work/k.s" "$work/k.rs" 2> /dev/null
+rustc --edition 2021 --crate-type=lib -C opt-level=3 --emit asm -o "$work/k.s" "$work/k.rs" 2> "$work/rustc.err" ||
+    { grep -m5 '^error' "$work/rustc.err" >&2; exit 1; }
 # The loop (a label and the backward jump to it) with the most dots.
 python3 - "$work/k.s" > "$work/loop.s" <<'EOF'
 import re, sys
@@ -52,8 +55,8 @@ for s, e in loops:
     n = sum(any(d in x for d in dots) for x in body)
     if best is None or n > best[0]:
         best = (n, body)
-if best is None:
-    sys.exit("mca.sh: no loop found")
+if best is None or best[0] == 0:
+    sys.exit("mca.sh: no loop with x86 byte dots found")
 print("\n".join(best[1]))
 EOF
 echo "$kernel on $mcpu: $(grep -c . "$work/loop.s") instructions in the block loop," \

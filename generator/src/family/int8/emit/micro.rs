@@ -226,11 +226,13 @@ pub(crate) fn micro_fn(
 /// Whether `spec`'s kernels on `isa` prefetch their weight stream
 /// ([`I8Isa::prefetch`]): GEMVs, which read each weight once.
 pub(crate) fn prefetches(spec: &I8Spec, isa: &I8Isa) -> bool {
-    isa.prefetch.is_some() && spec.op == crate::spec::Op::Gemv
+    // SVE kernels have their own block loop (`emit::sve`), without one.
+    isa.prefetch.is_some() && isa.sve_bits.is_none() && spec.op == crate::spec::Op::Gemv
 }
 
 /// The prefetches of one block: each cache line of the tile's block
-/// (`w` steps by it) `I8Isa::prefetch` bytes ahead. `wrapping_add`, since
+/// (`w` steps by it) `I8Isa::prefetch` bytes ahead; a block that is not a
+/// whole number of lines asks for its last line again with the next. `wrapping_add`, since
 /// the address may lie past the matrix, which a prefetch allows.
 fn prefetch_lines(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
     let Some(ahead) = isa.prefetch.filter(|_| prefetches(&p.spec, isa)) else {
