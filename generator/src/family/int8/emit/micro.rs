@@ -151,8 +151,9 @@ pub(crate) fn micro_fn(
     let fname = format_ident!("micro_r{}", rows);
     // A block of the tile: 4 bits bytes per column (8 bits on a scratch of
     // levels, `walked_bits`).
+    let block_bytes = 4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes;
     let (wstep, sstep) = (
-        lit(4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes),
+        lit(block_bytes),
         lit(p.tile.t_u * p.lanes * scale_entries(&p.spec, isa)),
     );
     let (x_step, d_step) = (lit(x_step), lit(d_step));
@@ -168,7 +169,7 @@ pub(crate) fn micro_fn(
     } else {
         (TokenStream::new(), TokenStream::new())
     };
-    let prefetch = prefetch_lines(p, isa);
+    let prefetch = prefetch_lines(p, isa, block_bytes);
     let block_loop = |run: TokenStream| {
         quote! {
             for _ in 0..#run {
@@ -230,16 +231,16 @@ pub(crate) fn prefetches(spec: &I8Spec, isa: &I8Isa) -> bool {
     isa.prefetch.is_some() && isa.sve_bits.is_none() && spec.op == crate::spec::Op::Gemv
 }
 
-/// The prefetches of one block: each cache line of the tile's block
-/// (`w` steps by it) `I8Isa::prefetch` bytes ahead; a block that is not a
-/// whole number of lines asks for its last line again with the next. `wrapping_add`, since
-/// the address may lie past the matrix, which a prefetch allows.
-fn prefetch_lines(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
+/// The prefetches of one block of `block_bytes` (what `w` steps by): each
+/// of its cache lines `I8Isa::prefetch` bytes ahead; a block that is not a
+/// whole number of lines asks for its last line again with the next.
+/// `wrapping_add`, since the address may lie past the matrix, which a
+/// prefetch allows.
+fn prefetch_lines(p: &MicroSpec, isa: &I8Isa, block_bytes: usize) -> TokenStream {
     let Some(ahead) = isa.prefetch.filter(|_| prefetches(&p.spec, isa)) else {
         return TokenStream::new();
     };
-    let bytes = 4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes;
-    let lines = (0..bytes.div_ceil(64)).map(|l| {
+    let lines = (0..block_bytes.div_ceil(64)).map(|l| {
         let at = lit(ahead + 64 * l);
         quote! { ops::prefetch(w.wrapping_add(#at)); }
     });
