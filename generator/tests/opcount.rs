@@ -121,6 +121,8 @@ fn counts_a_hand_written_aarch64_module() {
         stores: 1,
         mac: 2 * 2 + 1,
         dot: 2 * 2,
+        // fmaf.
+        fmul: 1,
     };
     assert_eq!(k.per_iter, expect);
     assert_eq!(k.k_per_iter, 32, "xq advances 16 twice per iteration");
@@ -235,6 +237,8 @@ fn counts_a_hand_written_x86_module() {
         stores: 1,
         mac: 4 + 1 + 1 + 1,
         dot: 2,
+        // The five FMAs.
+        fmul: 5,
     };
     assert_eq!(k.per_iter, expect);
     assert!(k.unclassified.is_empty(), "{:?}", k.unclassified);
@@ -349,6 +353,8 @@ fn counts_a_block_loop_written_in_asm() {
         stores: 0,
         mac: 3,
         dot: 2,
+        // fmla.
+        fmul: 1,
     };
     assert_eq!(k.per_iter, expect);
     assert!(k.notes.iter().any(|n| n.contains("asm")), "{:?}", k.notes);

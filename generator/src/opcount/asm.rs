@@ -157,6 +157,8 @@ impl Asm {
                 .any(|p| m.starts_with(p))
         {
             Class::Mac { dot: false }
+        } else if ["vmulps", "vmulpd", "mulps", "mulpd", "fmul"].contains(&m.as_str()) {
+            Class::FMul
         } else {
             Class::Op
         };

@@ -52,7 +52,7 @@ pub(crate) fn is_const(e: &Expr, arch: Option<Arch>) -> bool {
             Some(Class::Const | Class::Splat | Class::Free) => {
                 c.args.iter().all(|a| is_const(a, arch))
             }
-            Some(Class::Load | Class::Op) => {
+            Some(Class::Load | Class::Op | Class::FMul) => {
                 !c.args.is_empty() && c.args.iter().all(|a| is_const(a, arch))
             }
             _ => false,
@@ -172,6 +172,11 @@ impl BodyCounter<'_> {
                 self.counts.ops += 1;
                 self.counts.mac += 1;
                 self.counts.dot += dot as u64;
+                self.counts.fmul += !dot as u64;
+            }
+            Class::FMul => {
+                self.counts.ops += 1;
+                self.counts.fmul += 1;
             }
             Class::Free => {}
             Class::Const | Class::Splat | Class::Op => self.counts.ops += 1,

@@ -16,7 +16,12 @@ pub(crate) enum Class {
     Store,
     Const,
     Splat,
-    Mac { dot: bool },
+    Mac {
+        dot: bool,
+    },
+    /// A float multiply (not accumulating): on cores whose dots issue on
+    /// the FMA pipes it takes a dot slot, as an FMA does.
+    FMul,
     Op,
 }
 
@@ -96,6 +101,9 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     {
         return Class::Mac { dot: false };
     }
+    if has("_mul_p") || has("_mul_round_p") || (starts("vmul") || starts("svmul")) && has("_f") {
+        return Class::FMul;
+    }
     Class::Op
 }
 
@@ -129,6 +137,12 @@ pub(crate) fn one(c: Class) -> Counts {
             ops: 1,
             mac: 1,
             dot: dot as u64,
+            fmul: !dot as u64,
+            ..Counts::default()
+        },
+        Class::FMul => Counts {
+            ops: 1,
+            fmul: 1,
             ..Counts::default()
         },
         Class::Free => Counts::default(),
@@ -171,4 +185,24 @@ pub(crate) fn is_memory_operand(op: &str) -> bool {
         let inner = inside.split(']').next().unwrap_or("");
         !inner.trim().chars().all(|c| c.is_ascii_digit())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Float multiplies and FMAs are counted apart from dots, for cores
+    /// whose dots share the FMA pipes; integer multiplies are not.
+    #[test]
+    fn float_multiplies_are_counted_apart() {
+        let c = |n: &str| one(classify_intrinsic(n));
+        assert_eq!((c("_mm512_mul_ps").ops, c("_mm512_mul_ps").fmul), (1, 1));
+        assert_eq!(c("vmulq_f32").fmul, 1);
+        let fma = c("_mm512_fmadd_ps");
+        assert_eq!((fma.mac, fma.dot, fma.fmul), (1, 0, 1));
+        let dot = c("_mm512_dpbusd_epi32");
+        assert_eq!((dot.mac, dot.dot, dot.fmul), (1, 1, 0));
+        assert_eq!(c("_mm512_mullo_epi32").fmul, 0);
+        assert_eq!(c("_mm512_cvtepi32_ps").fmul, 0);
+    }
 }

@@ -100,6 +100,10 @@ pub struct Counts {
     /// Integer dot / matrix MACs among `mac`: the paper's "MAC" (it does not
     /// count the FMLA that scales a block).
     pub dot: u64,
+    /// Float multiplies and the multiply-accumulates other than dots (FMAs)
+    /// among `ops`: what shares the dot pipes on a core that issues its
+    /// dots on its FMA pipes (`core.dots_share_fma`).
+    pub fmul: u64,
 }
 
 impl Add for Counts {
@@ -112,6 +116,7 @@ impl Add for Counts {
             stores: self.stores + o.stores,
             mac: self.mac + o.mac,
             dot: self.dot + o.dot,
+            fmul: self.fmul + o.fmul,
         }
     }
 }
@@ -132,6 +137,7 @@ impl Mul<u64> for Counts {
             stores: self.stores * k,
             mac: self.mac * k,
             dot: self.dot * k,
+            fmul: self.fmul * k,
         }
     }
 }

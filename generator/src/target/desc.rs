@@ -88,6 +88,13 @@ pub struct Core {
     /// 512-bit). `load_units` when a file leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast_loads: Option<u32>,
+    /// The integer dots issue on the FMA pipes, so float multiplies and FMAs
+    /// take dot slots: `dot_units` then bounds dots and those together.
+    /// Measured on Zen 5 (AVX-512): four FMAs or four multiplies beside
+    /// sixteen `vpdpbusd zmm` cost four more dot slots; adds, converts,
+    /// logic, shifts and loads none. False when a file leaves it out.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dots_share_fma: bool,
     /// Vector uops the out-of-order core can hold waiting for their operands
     /// (vector scheduler plus its queue): how far it looks past a stalled
     /// FMA chain into the next group's independent one. 128 when a file
@@ -308,4 +315,8 @@ fn two() -> u32 {
 
 fn default_vector_window() -> u32 {
     128
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }

@@ -145,6 +145,7 @@ mod tests {
                 convert_units: 2,
                 load_units: 2,
                 broadcast_loads: None,
+                dots_share_fma: false,
                 vector_window: 128,
             },
             memory: Memory {

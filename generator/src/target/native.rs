@@ -48,6 +48,7 @@ pub fn detect() -> TargetDesc {
     };
 
     let amd = amd_family();
+    let dots_share_fma = dots_share_fma(&features, amd);
     TargetDesc {
         name: "native".to_string(),
         description: cpu_model(),
@@ -68,6 +69,7 @@ pub fn detect() -> TargetDesc {
             convert_units: convert_units(amd),
             load_units: 2,
             broadcast_loads: None,
+            dots_share_fma,
             vector_window: 128,
         },
         // A conservative two-channel desktop figure, used only by the model.
@@ -426,6 +428,12 @@ fn convert_units(amd_family: Option<u32>) -> u32 {
     } else {
         2
     }
+}
+
+/// Whether the dots share the FMA pipes: measured on Zen 5 (AMD family
+/// 0x1A) with AVX-512 VNNI; elsewhere not measured, so not assumed.
+fn dots_share_fma(features: &[Feature], amd_family: Option<u32>) -> bool {
+    amd_family == Some(0x1A) && features.contains(&Feature::Avx512vnni)
 }
 
 /// Vector pipes beside the two FMA pipes: Zen's FP2 and FP3 (four FP pipes

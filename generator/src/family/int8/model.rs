@@ -224,6 +224,7 @@ pub fn unpack_share(unpack: Counts, spec: &I8Spec, tile: I8Tile) -> Counts {
         stores: share(unpack.stores),
         mac: share(unpack.mac),
         dot: share(unpack.dot),
+        fmul: share(unpack.fmul),
     }
 }
 
@@ -265,22 +266,32 @@ impl Limit {
 }
 
 /// The limits on one 32-value block of a micro tile on one core of `t`:
-/// every vector op issues on an FMA or ALU pipe, dots on the dot pipes,
+/// every vector op issues on an FMA or ALU pipe, dots on the dot pipes
+/// (with the float multiplies and FMAs where `dots_share_fma`),
 /// full-width loads on `load_units`, and all loads (broadcasts included)
 /// on `broadcast_loads`.
 pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
     let core = &t.core;
+    let dots = if core.dots_share_fma {
+        Limit {
+            what: "dots + FP multiplies",
+            count: c.dot + c.fmul,
+            units: core.dot_units,
+        }
+    } else {
+        Limit {
+            what: "dots",
+            count: c.dot,
+            units: core.dot_units,
+        }
+    };
     [
         Limit {
             what: "vector ops",
             count: c.ops,
             units: core.vector_alu_units + core.fma_units,
         },
-        Limit {
-            what: "dots",
-            count: c.dot,
-            units: core.dot_units,
-        },
+        dots,
         Limit {
             what: "full-width loads",
             count: c.loads - c.bcast,
@@ -609,6 +620,7 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
             t_sub: t_u,
             m_r: if isa.mmla { 2 } else { 1 },
         },
+        false,
     );
     // 2x2 matrix tiles: whole row pairs and column pairs of pairs.
     let step = if isa.mmla { 2 } else { 1 };
@@ -622,12 +634,19 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
             let gflops = rank_value(&spec, &isa, tile, c.gflops);
             all.push(c);
             // On a tie (a throughput bound the tile does not change, such as
-            // maddubs on AVX2) the bigger tile: fewer loads and unpacks per MAC.
+            // maddubs on AVX2) the bigger tile: fewer loads and unpacks per
+            // MAC. Where dots share the FMA pipes, first a tile whose next
+            // limit is not also near full: two limits both near full run
+            // slower than one (Zen 5: 8x16 tiles, their loads within 3-11% of
+            // their dot pipes, measured 1.1-1.4x slower than 4x32 tiles with
+            // the same dots and FMAs). Elsewhere that rule was not measured.
+            let crowded = t.core.dots_share_fma && crowded(&spec, &isa, t, tile);
             let tie = (gflops - best.0).abs() <= best.0 * 1e-4;
+            let bigger = tile.m_r * tile.t_sub > best.1.m_r * best.1.t_sub;
             if gflops > best.0 * 1.0001
-                || (tie && tile.m_r * tile.t_sub > best.1.m_r * best.1.t_sub)
+                || (tie && ((best.2 && !crowded) || (best.2 == crowded && bigger)))
             {
-                best = (gflops, tile);
+                best = (gflops, tile, crowded);
             }
         }
     }
@@ -638,6 +657,16 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
         rank_value(&spec, &isa, c.tile, c.gflops)
     });
     all
+}
+
+/// Whether `tile`'s second-largest limit is within 15% of the one that
+/// holds (on Zen 5 the 8x16 tiles that ran slow had it within 3-11%, the
+/// 4x32 tiles that ran fast 25% or more below).
+fn crowded(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> bool {
+    let counts = block_counts(spec, isa, tile).counts;
+    let mut cycles = limits(&counts, t).map(|l| l.cycles());
+    cycles.sort_by(|a, b| b.total_cmp(a));
+    cycles[1] >= 0.85 * cycles[0]
 }
 
 /// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed
@@ -732,5 +761,73 @@ mod tests {
         // The DRAM prediction is the roofline's, times the tile's fill of N.
         let (dram, _) = predict(&spec, &isa, &t, tile, 4096, 4104);
         assert!((dram - r.compute_gbs.min(r.dram_gbs)).abs() < 1e-9);
+    }
+
+    fn zen5_gemm(format: &str) -> (I8Spec, I8Isa, TargetDesc, I8Plan) {
+        let t = crate::target::load("zen5").unwrap();
+        let isa = crate::family::int8::isa::AVX512VNNI;
+        let spec = I8Spec::from_tag(Op::Gemv, format).unwrap();
+        let gemv = plan(&spec, &isa, &t, (4096, 4096)).unwrap();
+        (spec, isa, t, gemv)
+    }
+
+    /// Where dots share the FMA pipes (Zen 5), a block's float multiplies
+    /// and FMAs count against the dot pipes; elsewhere only its dots do.
+    #[test]
+    fn shared_dot_pipes_count_float_multiplies() {
+        let (gemv_spec, isa, t, _) = zen5_gemm("q4_0");
+        assert!(t.core.dots_share_fma);
+        let spec = I8Spec {
+            op: Op::Gemm { m: 32 },
+            ..gemv_spec
+        };
+        let tile = I8Tile {
+            t_u: 4,
+            t_sub: 2,
+            m_r: 4,
+        };
+        let c = block_counts(&spec, &isa, tile).counts;
+        // One scale product and one FMA per row and column vector.
+        assert_eq!(c.dot, 64);
+        assert_eq!(c.fmul, 16);
+        let shared = limits(&c, &t)[1];
+        assert_eq!((shared.what, shared.count), ("dots + FP multiplies", 80));
+        assert_eq!(bound(&c, &t).what, "dots + FP multiplies");
+        let mut apart = t.clone();
+        apart.core.dots_share_fma = false;
+        let dots = limits(&c, &apart)[1];
+        assert_eq!((dots.what, dots.count), ("dots", 64));
+    }
+
+    /// On a tie of the shared dot/FMA bound, the GEMM tile whose next limit
+    /// is not also near full: 4x32 over 8x16, whose loads are within a few
+    /// percent of its dot pipes (measured 1.1-1.4x slower on Zen 5).
+    #[test]
+    fn shared_dot_pipes_break_ties_away_from_crowded_tiles() {
+        for format in ["q4_0", "q4_k", "q5_k", "q2_k"] {
+            let (_, isa, t, gemv) = zen5_gemm(format);
+            let ranked = rank_gemm_tiles(&gemv, 32, &t);
+            let pick = ranked[0].tile;
+            assert_eq!((pick.m_r, pick.t_sub), (4, 2), "{format}: {ranked:?}");
+            let spec = I8Spec {
+                op: Op::Gemm { m: 32 },
+                ..gemv.spec
+            };
+            let wide = I8Tile {
+                t_u: 4,
+                t_sub: 1,
+                m_r: 8,
+            };
+            assert!(crowded(&spec, &isa, &t, wide), "{format}");
+            assert!(!crowded(&spec, &isa, &t, pick), "{format}");
+            // The pick is (one of) the fastest; for Q4_K the two tie on the
+            // bound that holds, and the next limit decides.
+            let best = ranked.iter().map(|c| c.gflops).fold(0.0, f64::max);
+            let eight = ranked.iter().find(|c| c.tile == wide).unwrap();
+            assert!((ranked[0].gflops - best).abs() <= best * 1e-4, "{format}");
+            if format == "q4_k" {
+                assert!((eight.gflops - best).abs() <= best * 1e-4, "{ranked:?}");
+            }
+        }
     }
 }
