@@ -101,7 +101,7 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     {
         return Class::Mac { dot: false };
     }
-    if has("_mul_p") || has("_mul_round_p") || (starts("vmul") || starts("svmul")) && has("_f") {
+    if has("_mul_p") || has("_mul_round_p") || ((starts("vmul") || starts("svmul")) && has("_f")) {
         return Class::FMul;
     }
     Class::Op

@@ -32,6 +32,10 @@
 //!     `dpwssd`, `maddubs`, `madd_epi16`, ...: the "dot" sub-count, what the
 //!     paper calls MAC) and floating multiply-adds (`vfma*`, `vmla*`,
 //!     `*fmadd*`, ...); both are also ops;
+//!   - the "fmul" sub-count: the multiply-adds other than dots (float
+//!     FMAs, and Arm's integer `vmla*`) and float multiplies (`*_mul_p*`,
+//!     `vmul*_f*`; asm `vmulps`, `fmul`), which contend with the dots on
+//!     cores that set `core.dots_share_fma`; the multiplies are ops too;
 //!   - everything else is one op.
 //! - `asm!`: each line of the template strings is one instruction, except
 //!   directives (`.arch_extension`), labels and comments; by mnemonic,

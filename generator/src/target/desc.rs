@@ -88,11 +88,13 @@ pub struct Core {
     /// 512-bit). `load_units` when a file leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub broadcast_loads: Option<u32>,
-    /// The integer dots issue on the FMA pipes, so float multiplies and FMAs
-    /// take dot slots: `dot_units` then bounds dots and those together.
-    /// Measured on Zen 5 (AVX-512): four FMAs or four multiplies beside
-    /// sixteen `vpdpbusd zmm` cost four more dot slots; adds, converts,
-    /// logic, shifts and loads none. False when a file leaves it out.
+    /// The integer dots contend with the float multiplies and FMAs for the
+    /// same issue slots: `dot_units` then bounds dots and those together.
+    /// Measured on a Zen 5 EPYC with zmm (AVX-512 VNNI): four FMAs or four
+    /// multiplies beside sixteen `vpdpbusd zmm` cost four more dot slots;
+    /// adds, converts, logic, shifts and loads none. A target that sets it
+    /// applies it to its AVX-VNNI and AVX2 plans too, where it was not
+    /// measured. False when a file leaves it out.
     #[serde(default, skip_serializing_if = "is_false")]
     pub dots_share_fma: bool,
     /// Vector uops the out-of-order core can hold waiting for their operands

@@ -430,8 +430,9 @@ fn convert_units(amd_family: Option<u32>) -> u32 {
     }
 }
 
-/// Whether the dots share the FMA pipes: measured on Zen 5 (AMD family
-/// 0x1A) with AVX-512 VNNI; elsewhere not measured, so not assumed.
+/// Whether the dots contend with FMAs (`core.dots_share_fma`): measured on
+/// a Zen 5 EPYC (AMD family 0x1A) with AVX-512 VNNI, and assumed for the
+/// family's other parts; elsewhere not measured, so not assumed.
 fn dots_share_fma(features: &[Feature], amd_family: Option<u32>) -> bool {
     amd_family == Some(0x1A) && features.contains(&Feature::Avx512vnni)
 }

@@ -635,12 +635,13 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
             all.push(c);
             // On a tie (a throughput bound the tile does not change, such as
             // maddubs on AVX2) the bigger tile: fewer loads and unpacks per
-            // MAC. Where dots share the FMA pipes, first a tile whose next
-            // limit is not also near full: two limits both near full run
-            // slower than one (Zen 5: 8x16 tiles, their loads within 3-11% of
-            // their dot pipes, measured 1.1-1.4x slower than 4x32 tiles with
-            // the same dots and FMAs). Elsewhere that rule was not measured.
-            let crowded = t.core.dots_share_fma && crowded(&spec, &isa, t, tile);
+            // MAC. Where dots and FMAs contend, first a tile whose next limit
+            // is not also near full: two limits both near full run slower
+            // than one (Zen 5: 8x16 tiles, their loads within 3-11% of their
+            // dot slots, measured 1.1-1.4x slower than 4x32 tiles with the
+            // same dots and FMAs). Elsewhere that rule was not measured, nor
+            // for approximate counts (value 0: every tile ties).
+            let crowded = t.core.dots_share_fma && gflops > 0.0 && crowded(&spec, &isa, t, tile);
             let tie = (gflops - best.0).abs() <= best.0 * 1e-4;
             let bigger = tile.m_r * tile.t_sub > best.1.m_r * best.1.t_sub;
             if gflops > best.0 * 1.0001
@@ -828,6 +829,27 @@ mod tests {
             if format == "q4_k" {
                 assert!((eight.gflops - best).abs() <= best * 1e-4, "{ranked:?}");
             }
+        }
+    }
+
+    /// Approximate counts (the portable template) rank no tile above
+    /// another, so the shared-pipe tie rule stays out and the bigger tile
+    /// wins, as on targets without the key.
+    #[test]
+    fn approximate_counts_keep_the_bigger_tile_rule() {
+        let t = crate::target::load("zen5").unwrap();
+        let mut apart = t.clone();
+        apart.core.dots_share_fma = false;
+        let isa = crate::family::int8::isa::PORTABLE;
+        for format in crate::build::int8_format_tags() {
+            let spec = I8Spec::from_tag(Op::Gemv, format).unwrap();
+            let gemv = plan(&spec, &isa, &t, (4096, 4096)).unwrap();
+            let shared = rank_gemm_tiles(&gemv, 32, &t)[0].tile;
+            assert_eq!(
+                shared,
+                rank_gemm_tiles(&gemv, 32, &apart)[0].tile,
+                "{format}"
+            );
         }
     }
 }
