@@ -634,12 +634,7 @@ pub fn rank_gemm_tiles(gemv: &I8Plan, m: usize, t: &TargetDesc) -> Vec<I8Candida
             let gflops = rank_value(&spec, &isa, tile, c.gflops);
             all.push(c);
             valued.push((gflops, tile));
-            // On a tie (a throughput bound the tile does not change, such as
-            // maddubs on AVX2) the bigger tile: fewer loads and unpacks per MAC.
-            let tie = (gflops - best.0).abs() <= best.0 * 1e-4;
-            if gflops > best.0 * 1.0001
-                || (tie && tile.m_r * tile.t_sub > best.1.m_r * best.1.t_sub)
-            {
+            if gemm_beats((gflops, tile), best) {
                 best = (gflops, tile);
             }
         }
@@ -672,22 +667,23 @@ fn roomier(
 ) -> Option<(f64, I8Tile)> {
     let top = valued.iter().map(|v| v.0).fold(0.0, f64::max);
     let mut pick: Option<(f64, I8Tile)> = None;
-    for &(gflops, tile) in valued {
-        if gflops < 0.9 * top || crowded(spec, isa, t, tile) {
+    for &v in valued {
+        if v.0 < 0.9 * top || crowded(spec, isa, t, v.1) {
             continue;
         }
-        let better = match pick {
-            None => true,
-            Some((g, b)) => {
-                gflops > g * 1.0001
-                    || ((gflops - g).abs() <= g * 1e-4 && tile.m_r * tile.t_sub > b.m_r * b.t_sub)
-            }
-        };
-        if better {
-            pick = Some((gflops, tile));
+        if pick.is_none_or(|p| gemm_beats(v, p)) {
+            pick = Some(v);
         }
     }
     pick
+}
+
+/// Whether GEMM tile `a` (its value and tile) ranks above `b`: faster, or
+/// on a tie (a throughput bound the tile does not change, such as maddubs
+/// on AVX2) bigger: fewer loads and unpacks per MAC.
+fn gemm_beats(a: (f64, I8Tile), b: (f64, I8Tile)) -> bool {
+    let tie = (a.0 - b.0).abs() <= b.0 * 1e-4;
+    a.0 > b.0 * 1.0001 || (tie && a.1.m_r * a.1.t_sub > b.1.m_r * b.1.t_sub)
 }
 
 /// Whether the two largest limits of `tile`'s block are within 15% of
