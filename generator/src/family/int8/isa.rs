@@ -98,9 +98,17 @@ pub struct I8Isa {
     /// the row's two half sums, and only the super-block's two i32 sums are
     /// converted and scaled. The f16 layout takes a conversion and an FMA
     /// or two (and an offset subtraction) per part, row and column group on
-    /// the pipes the dots use. Needs the i16 pair sums of maddubs ISAs:
-    /// AVX2 (the others' dots accumulate in i32).
+    /// the pipes the dots use. Needs the i16 pair sums of maddubs ISAs
+    /// (AVX2), or [`I8Isa::int_halves_packed`].
     pub int_sub_scales: bool,
+    /// Integer sub-scales on an ISA whose dots sum in i32 (vpdpbusd): a
+    /// block's two 16-value halves share each column's i32 lane as an i16
+    /// pair (half 0's dot moved up, half 1's added below it over a bias
+    /// that keeps the low half positive), so one vpdpwssd scales both
+    /// halves where the f16 layout takes two conversions and FMAs per row
+    /// and column group, on the pipes the dots use (Zen 5). The 2-bit
+    /// nibble form only (Q2_K): its half dots stay within 16 * 3 * 127.
+    pub int_halves_packed: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -123,7 +131,8 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     prefetch: None,
     x_quad: false,
     scratch_levels: false,
-    int_sub_scales: false,
+    int_sub_scales: true,
+    int_halves_packed: true,
     fence_class: Some("zmm_reg"),
     fence_pointers: true,
     signed_dot_abs: true,
@@ -147,6 +156,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
+    int_halves_packed: false,
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
@@ -170,6 +180,7 @@ pub const AVX2: I8Isa = I8Isa {
     x_quad: true,
     scratch_levels: true,
     int_sub_scales: true,
+    int_halves_packed: false,
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
@@ -193,6 +204,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
+    int_halves_packed: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -216,6 +228,7 @@ pub const I8MM: I8Isa = I8Isa {
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
+    int_halves_packed: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -239,6 +252,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
+    int_halves_packed: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
@@ -264,6 +278,7 @@ pub const SVE256: I8Isa = I8Isa {
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
+    int_halves_packed: false,
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,

@@ -74,7 +74,14 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // sums (scaled levels, mins). (4x8 would fit 16 registers only
         // with the activation quads reloaded; it measured no faster than
         // 3x8 on Zen 3, 162 against 159 GFLOPS at m = 128.)
+        // Packed halves: and each column group's sum of the scale levels
+        // the park's bias met, and the bias.
         3 * tile.t_sub * tile.m_r
+            + if crate::family::int8::emit::micro::packed_halves(spec, isa) {
+                tile.t_sub + 1
+            } else {
+                0
+            }
     } else if crate::family::int8::emit::lane::masked_high_nibbles(spec, isa) {
         // And the high nibbles' own i32 accumulators.
         3 * tile.t_sub * tile.m_r
@@ -831,7 +838,9 @@ mod tests {
     /// (measured 1.1-1.4x faster there).
     #[test]
     fn shared_dot_pipes_pass_over_load_crowded_tiles() {
-        for format in ["q4_0", "q4_k", "q5_k", "q2_k"] {
+        // (Q2_K's packed integer sub-scales take no FP multiplies per
+        // block: its tiles are bound by the dots alone.)
+        for format in ["q4_0", "q4_k", "q5_k"] {
             let (_, isa, t, gemv) = zen5_gemm(format);
             let ranked = rank_gemm_tiles(&gemv, 32, &t);
             let pick = ranked[0].tile;

@@ -4,8 +4,8 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split, scratch_levels,
-    six_bit_level, GroupFold,
+    index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split, packed_halves,
+    scratch_levels, six_bit_level, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -363,10 +363,17 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         zero = TokenStream::new();
     }
     let mut body = TokenStream::new();
+    let packed = packed_halves(&p.spec, isa);
     for (h, part) in halves.iter().enumerate() {
         let fold = match form {
-            Some(form) => int_fold(p, form, rows, h, h + 1 == halves.len()),
+            Some(form) => int_fold(p, isa, form, rows, h, h + 1 == halves.len()),
             None => fold_of(h),
+        };
+        // Packed halves: half 1 sums on top of half 0's parked dot.
+        let zero = if packed && h > 0 {
+            TokenStream::new()
+        } else {
+            zero.clone()
         };
         body.extend(quote! { #zero #part #fold });
     }
@@ -422,12 +429,49 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
 /// half sums into `sm`: the min levels (nibble form), or the signed
 /// scales, which times the offset remove it. The stream's entry 0 of the
 /// block holds the column group's sub-scale bytes.
-fn int_fold(p: &MicroSpec, form: IntSubScales, rows: usize, h: usize, last: bool) -> TokenStream {
+///
+/// With packed halves ([`packed_halves`]) half 0's i32 dots are parked in
+/// the high i16 of their lanes instead (`park`), half 1 sums on top, and
+/// after it one vpdpwssd per row and column group scales both halves
+/// (`sub_pair`: half 1's scale level low, half 0's high); `corr_{t}` adds
+/// up the scale levels the park's bias met, for the group's close.
+fn int_fold(
+    p: &MicroSpec,
+    isa: &I8Isa,
+    form: IntSubScales,
+    rows: usize,
+    h: usize,
+    last: bool,
+) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let signed = form.signed;
     let mut fold = TokenStream::new();
-    if !matches!(p.spec.bits(), 5 | 6) {
+    let packed = packed_halves(&p.spec, isa);
+    if packed && !last {
+        for r in 0..rows {
+            for t in 0..t_sub {
+                let i = format_ident!("i_{}_{}", r, t);
+                fold.extend(quote! { #i = ops::park(#i); });
+            }
+        }
+        return fold;
+    }
+    if packed {
+        for t in 0..t_sub {
+            let (sv, cv, off) = (
+                format_ident!("sv_{}", t),
+                format_ident!("corr_{}", t),
+                lit(t * l),
+            );
+            fold.extend(quote! {
+                let #sv = ops::sub_pair(sc.add(#off));
+                #cv = ops::addi(#cv, #sv);
+            });
+        }
+    } else if !matches!(p.spec.bits(), 5 | 6) {
         fold.extend(part_scales(p, form, h));
+    }
+    if packed || !matches!(p.spec.bits(), 5 | 6) {
         for r in 0..rows {
             for t in 0..t_sub {
                 let (a, i, sv) = (
@@ -500,9 +544,16 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let tw = p.tile.t_u * l;
     let mins = p.spec.mins();
+    let packed = packed_halves(&p.spec, isa);
     let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
     for t in 0..t_sub {
         let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
+        if packed {
+            // The park's bias times half 1's scale levels, per column.
+            let (cv, cb) = (format_ident!("corr_{}", t), format_ident!("cb_{}", t));
+            open.extend(quote! { let mut #cv = ops::zero_i(); });
+            close.extend(quote! { let #cb = ops::unpark(#cv); });
+        }
         // Entry 1 of block 0, and of block 1 (a block is 2 TW entries).
         let (d_at, m_at) = (lit(tw + t * l), lit(3 * tw + t * l));
         close.extend(quote! { let #dw = ops::scales(sg.add(#d_at)); });
@@ -517,6 +568,12 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
             let (a, m, off) = (sav(r, t), smv(r, t), lit(t * l));
             let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
             open.extend(quote! { let mut #a = ops::zero_i(); });
+            let a = if packed {
+                let cb = format_ident!("cb_{}", t);
+                quote! { ops::subi(#a, #cb) }
+            } else {
+                quote! { #a }
+            };
             let v = if mins {
                 open.extend(quote! { let mut #m = ops::zero_i(); });
                 quote! { ops::fmaf(ops::cvti(#m), #mw, ops::mulf(ops::cvti(#a), #dw)) }
@@ -746,7 +803,7 @@ pub(crate) fn unpack_fn(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
 mod tests {
     use super::*;
     use crate::family::int8::emit::micro::int_scales;
-    use crate::family::int8::isa::{AVX2, AVX512VNNI, DOTPROD};
+    use crate::family::int8::isa::{AVX2, AVX512VNNI, AVXVNNI, DOTPROD};
     use crate::family::int8::plan::I8Tile;
     use crate::family::int8::spec::I8Spec;
     use crate::spec::Op;
@@ -813,7 +870,6 @@ mod tests {
     /// The only check the AVX-VNNI kernels get here, where no CPU runs them.
     #[test]
     fn signed_levels_are_offset_on_the_u8_dot_isas() {
-        use crate::family::int8::isa::AVXVNNI;
         for isa in [&AVX512VNNI, &AVXVNNI] {
             for (tag, flips) in [("q8_0", 8), ("iq4_nl", 0)] {
                 let k = emitted(isa, tag, 2, 2);
@@ -841,7 +897,6 @@ mod tests {
     /// pair, and each half's offset removed with its own sum.
     #[test]
     fn six_bit_kernels_mask_kept_chunks_and_merge_spills() {
-        use crate::family::int8::isa::AVXVNNI;
         for isa in [&AVX512VNNI, &AVXVNNI, &AVX2, &DOTPROD] {
             for (op, rows) in [(Op::Gemv, 1), (Op::Gemm { m: 32 }, 3)] {
                 let k = emitted_op(isa, "q6_k", 2, rows, op);
@@ -933,6 +988,44 @@ mod tests {
         }
     }
 
+    /// Q2_K on AVX-512 VNNI keeps its integer sub-scales with the halves
+    /// packed: per row and column group one park after half 0 and, after
+    /// half 1, one `scaled_sum` for both halves' scales and one for the
+    /// mins; per column group one `sub_pair` (half 1's levels low) whose
+    /// sum the close takes back off (`unpark`). No per-half shuffle, no f16
+    /// scale per half. Q6_K (signed) and the 5- and 6-bit formats keep f16.
+    #[test]
+    fn q2_k_on_avx512vnni_packs_both_halves_into_one_scaled_sum() {
+        for (op, t_sub, rows) in [
+            (Op::Gemv, 4, 1),
+            (Op::Gemm { m: 32 }, 1, 4),
+            (Op::Gemm { m: 32 }, 2, 3),
+        ] {
+            let spec = I8Spec::from_tag(op, "q2_k").expect("format");
+            assert!(int_scales(&spec, &AVX512VNNI) && packed_halves(&spec, &AVX512VNNI));
+            let p = on_tile(&AVX512VNNI, spec, 4, t_sub, rows);
+            let k = micro_kernel(&p, &AVX512VNNI, rows).to_string();
+            let n = |pat: &str| k.matches(pat).count();
+            assert_eq!(n("ops :: park"), rows * t_sub);
+            assert_eq!(n("ops :: sub_pair"), t_sub);
+            assert_eq!(n("ops :: addi"), t_sub);
+            assert_eq!(n("ops :: unpark"), t_sub);
+            assert_eq!(n("ops :: sub_mins"), t_sub);
+            assert_eq!(n("ops :: sum_pair :: < 0 >"), rows);
+            assert_eq!(n("ops :: scaled_sum"), 2 * rows * t_sub);
+            assert_eq!(n("ops :: pair_acc"), 8 * rows * t_sub);
+            // Half 1 sums on top of the parked half 0: one zeroing per block.
+            // (i, and the group's sa, sm and per column group corr.)
+            assert_eq!(n("= ops :: zero_i ()"), 3 * rows * t_sub + t_sub);
+            assert!(!k.contains("sub_scale") && !k.contains("block_sum"));
+            assert_eq!(n("ops :: scales"), 2 * t_sub);
+        }
+        for tag in ["q6_k", "q4_k", "q3_k", "q5_k"] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(!int_scales(&spec, &AVX512VNNI), "{tag}");
+        }
+    }
+
     /// Q2_K on AVX2 keeps its integer sub-scales: per half block and
     /// column group one scale shuffle and per row one `scaled_sum` of the
     /// half's pair sums, then one min madd per row; no f16 scale per half,
@@ -974,7 +1067,7 @@ mod tests {
             // Two entries per column and block.
             assert!(k.contains(&format!("sc = sc . add ({})", 2 * tw)));
         }
-        for isa in [&AVX512VNNI, &DOTPROD] {
+        for isa in [&AVXVNNI, &DOTPROD] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q2_k").expect("format");
             assert!(!int_scales(&spec, isa), "{}", isa.name);
             assert!(
@@ -1063,7 +1156,6 @@ mod tests {
     /// no other check, where no CPU runs them.
     #[test]
     fn gemv_masks_high_nibbles_in_place_on_the_u8_dot_isas() {
-        use crate::family::int8::isa::AVXVNNI;
         for isa in [&AVX512VNNI, &AVXVNNI] {
             // Q3_K: unsigned nibbles with an offset and a scale per 16
             // values, so a join and an offset per half.

@@ -39,6 +39,9 @@ const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bi
 /// forms, then the nibble form's and the signed form's own.
 const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
+/// The nibble form's on ISAs that pack a block's halves
+/// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
+const INT_PACKED_ITEMS: &[&str] = &["park", "sub_pair", "sub_mins", "addi", "unpark"];
 const INT_SIGNED_ITEMS: &[&str] = &[
     "SUB_CTL_S",
     "sub_pair_s",
@@ -296,24 +299,25 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         items.retain(|it| item_name(it).is_none_or(|n| n != "prefetch"));
     }
     let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
-    let (keep, drop): (Vec<&str>, Vec<&str>) = match form {
-        None => (
-            vec![],
-            [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS, INT_SIGNED_ITEMS].concat(),
-        ),
-        Some(f) if f.signed => (
-            [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
-            INT_NIBBLE_ITEMS.to_vec(),
-        ),
-        Some(_) => (
-            [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
-            INT_SIGNED_ITEMS.to_vec(),
-        ),
+    let keep: Vec<&str> = match form {
+        None => vec![],
+        Some(f) if f.signed => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
+        Some(_) if isa.int_halves_packed => [INT_SCALE_ITEMS, INT_PACKED_ITEMS].concat(),
+        Some(_) => [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
     };
     if form.is_some() {
         require(&items, &keep, spec, isa)?;
     }
-    items.retain(|it| item_name(it).is_none_or(|n| !drop.contains(&n.as_str())));
+    let all = [
+        INT_SCALE_ITEMS,
+        INT_NIBBLE_ITEMS,
+        INT_SIGNED_ITEMS,
+        INT_PACKED_ITEMS,
+    ]
+    .concat();
+    items.retain(|it| {
+        item_name(it).is_none_or(|n| keep.contains(&n.as_str()) || !all.contains(&n.as_str()))
+    });
     if !spec.mins() {
         items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
     } else {
