@@ -142,6 +142,34 @@ fn non_finite_activations_propagate() {
 
 /// Quantized weights: the kernels' result is close to `x W` with the
 /// dequantized weights (activation rounding only).
+/// Q2_K's half dots at their extremes: the all-0xFF row (levels 3, scale
+/// and min levels 15) against activations of full magnitude and opposite
+/// sign in the two halves of each block, both ways round, over several
+/// super-blocks. AVX-512 VNNI packs a block's two half dots into one i32
+/// lane (`int_halves_packed`), so this is where a borrow between them
+/// would show.
+#[test]
+fn q2_k_half_dots_at_their_extremes() {
+    let (k, n) = (4 * 256, 70);
+    let w = raw_blocks(GgmlType::Q2_K, k, n, 9);
+    let qm = Matrix::from_ggml(&w).unwrap();
+    for m in [1, 4, 33] {
+        for sign in [1.0f32, -1.0] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| if (i % k) % 32 < 16 { sign } else { -sign })
+                .collect();
+            let mut y = vec![f32::NAN; m * n];
+            qm.gemm(&x, m, &mut y).unwrap();
+            let what = format!(
+                "q2_k extremes {} rows {m} sign {sign}",
+                qm.gemm_kernel().name
+            );
+            let int = common::int_scales_of(qm.gemm_kernel());
+            common::check_i8_with(&w, &x, k, m, &y, &what, int);
+        }
+    }
+}
+
 #[test]
 fn close_to_the_dequantized_product() {
     for t in formats() {

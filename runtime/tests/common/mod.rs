@@ -65,7 +65,8 @@ pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
 /// of |terms|.
 ///
 /// The oracle rounds sub-scales to f16 as every layout but the integer
-/// sub-scale one does (AVX2's Q2_K): [`check_i8_with`] names the form of
+/// sub-scale one does (Q2_K on AVX2 and AVX-512 VNNI, Q6_K on AVX2):
+/// [`check_i8_with`] names the form of
 /// the kernel under test.
 pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
     check_i8_with(w, x, k, m, y, what, false);

@@ -70,8 +70,8 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // levels and offsets); the part's scales stay live.
         tile.t_sub * tile.m_r + tile.t_sub
     } else if crate::family::int8::emit::micro::int_scales(spec, isa) {
-        // The half block's i16 pair sums and the super-block's two i32
-        // sums (scaled levels, mins). (4x8 would fit 16 registers only
+        // The half block's sums (i16 pairs; i32 lanes on packed ISAs) and
+        // the super-block's two i32 sums (scaled levels, mins). (4x8 would fit 16 registers only
         // with the activation quads reloaded; it measured no faster than
         // 3x8 on Zen 3, 162 against 159 GFLOPS at m = 128.)
         // Packed halves: and each column group's sum of the scale levels
@@ -803,6 +803,26 @@ mod tests {
         let spec = I8Spec::from_tag(Op::Gemv, format).unwrap();
         let gemv = plan(&spec, &isa, &t, (4096, 4096)).unwrap();
         (spec, isa, t, gemv)
+    }
+
+    /// Q2_K's packed integer sub-scales on AVX-512 VNNI: per block, row
+    /// and column group 8 `vpdpbusd` and 2 `vpdpwssd` (both halves' scales,
+    /// both mins) and no float multiply, where the f16 form (Zen 5: 96
+    /// dot-pipe slots on a 4x32 tile) took 12.
+    #[test]
+    fn q2_k_packed_halves_take_ten_dot_slots_per_eight_dots() {
+        let (gemv_spec, isa, t, _) = zen5_gemm("q2_k");
+        let spec = I8Spec {
+            op: Op::Gemm { m: 32 },
+            ..gemv_spec
+        };
+        for (t_sub, m_r) in [(1, 4), (2, 3), (1, 8)] {
+            let tile = I8Tile { t_u: 4, t_sub, m_r };
+            let c = block_counts(&spec, &isa, tile).counts;
+            assert_eq!(c.fmul, 0, "{tile:?}");
+            assert_eq!(c.dot as usize, 10 * m_r * t_sub, "{tile:?}");
+            assert_eq!(limits(&c, &t)[1].count, c.dot, "{tile:?}");
+        }
     }
 
     /// Where dots share the FMA pipes (Zen 5), a block's float multiplies

@@ -11,7 +11,8 @@
 //! each 16, rounded to f16): each half of a block is folded on its own and
 //! its min added through the activations' sum of that half (2 bits of f16
 //! scales and mins per value, 4 in all, where the file has 0.625 and
-//! 2.625). Kernels on ISAs that keep integer sub-scales (AVX2) read the
+//! 2.625). Kernels on ISAs that keep integer sub-scales (AVX2, AVX-512
+//! VNNI) read the
 //! file's scale-and-min bytes instead, under the super-block's f16 `d`
 //! and `dmin` ([`IntSubScales`]: 1 bit of scales per value, 3 in all).
 

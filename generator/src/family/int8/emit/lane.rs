@@ -364,6 +364,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     let mut body = TokenStream::new();
     let packed = packed_halves(&p.spec, isa);
+    assert!(
+        !packed || halves.len() == 2,
+        "packed halves: a scale per 16 values, two parts per block"
+    );
     for (h, part) in halves.iter().enumerate() {
         let fold = match form {
             Some(form) => int_fold(p, isa, form, rows, h, h + 1 == halves.len()),
@@ -1019,6 +1023,13 @@ mod tests {
             assert_eq!(n("= ops :: zero_i ()"), 3 * rows * t_sub + t_sub);
             assert!(!k.contains("sub_scale") && !k.contains("block_sum"));
             assert_eq!(n("ops :: scales"), 2 * t_sub);
+            // Nothing zeroes an accumulator between the park and the scaled
+            // sum that reads half 1 on top of it.
+            let parked = k.find("ops :: park (").expect("a park");
+            let scaled = parked + k[parked..].find("ops :: scaled_sum").expect("a scaled sum");
+            let between = &k[parked..scaled];
+            assert!(!between.contains("zero_i"), "{between}");
+            assert_eq!(between.matches("ops :: pair_acc").count(), 4 * rows * t_sub);
         }
         for tag in ["q6_k", "q4_k", "q3_k", "q5_k"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
