@@ -71,11 +71,11 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         tile.t_sub * tile.m_r + tile.t_sub
     } else if crate::family::int8::emit::micro::int_scales(spec, isa) {
         // The half block's sums (i16 pairs; i32 lanes on packed ISAs) and
-        // the super-block's two i32 sums (scaled levels, mins). (4x8 would fit 16 registers only
-        // with the activation quads reloaded; it measured no faster than
-        // 3x8 on Zen 3, 162 against 159 GFLOPS at m = 128.)
-        // Packed halves: and each column group's sum of the scale levels
-        // the park's bias met, and the bias.
+        // the super-block's two i32 sums (scaled levels, mins). (4x8 would
+        // fit 16 registers only with the activation quads reloaded; it
+        // measured no faster than 3x8 on Zen 3, 162 against 159 GFLOPS at
+        // m = 128.) Packed halves: and each column group's sum of the
+        // scale levels the park's bias met, and the bias.
         3 * tile.t_sub * tile.m_r
             + if crate::family::int8::emit::micro::packed_halves(spec, isa) {
                 tile.t_sub + 1
@@ -264,6 +264,8 @@ pub struct Limit {
     pub what: &'static str,
     pub count: u64,
     pub units: u32,
+    /// A limit of the load ports (what [`crowded`] looks for).
+    pub load: bool,
 }
 
 impl Limit {
@@ -284,12 +286,14 @@ pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
             what: "dots + FP multiplies",
             count: c.dot + c.fmul,
             units: core.dot_units,
+            load: false,
         }
     } else {
         Limit {
             what: "dots",
             count: c.dot,
             units: core.dot_units,
+            load: false,
         }
     };
     [
@@ -297,17 +301,20 @@ pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
             what: "vector ops",
             count: c.ops,
             units: core.vector_alu_units + core.fma_units,
+            load: false,
         },
         dots,
         Limit {
             what: "full-width loads",
             count: c.loads - c.bcast,
             units: core.load_units,
+            load: true,
         },
         Limit {
             what: "loads",
             count: c.loads,
             units: core.broadcast_loads(),
+            load: true,
         },
     ]
 }
@@ -699,8 +706,7 @@ fn crowded(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> bool {
     let counts = block_counts(spec, isa, tile).counts;
     let mut l = limits(&counts, t);
     l.sort_by(|a, b| b.cycles().total_cmp(&a.cycles()));
-    let is_load = |x: &Limit| x.what.contains("loads");
-    l[1].cycles() >= 0.85 * l[0].cycles() && (is_load(&l[0]) || is_load(&l[1]))
+    l[1].cycles() >= 0.85 * l[0].cycles() && (l[0].load || l[1].load)
 }
 
 /// GEMM plans reuse the GEMV plan's layout (t_u, m_b, t_b) so one packed

@@ -460,6 +460,9 @@ fn int_fold(
         }
         return fold;
     }
+    // 5- and 6-bit levels took their scales in `dot2_sc` already; the
+    // others fold each part's sums here.
+    let folds_parts = packed || !matches!(p.spec.bits(), 5 | 6);
     if packed {
         for t in 0..t_sub {
             let (sv, cv, off) = (
@@ -472,10 +475,10 @@ fn int_fold(
                 #cv = ops::addi(#cv, #sv);
             });
         }
-    } else if !matches!(p.spec.bits(), 5 | 6) {
+    } else if folds_parts {
         fold.extend(part_scales(p, form, h));
     }
-    if packed || !matches!(p.spec.bits(), 5 | 6) {
+    if folds_parts {
         for r in 0..rows {
             for t in 0..t_sub {
                 let (a, i, sv) = (
