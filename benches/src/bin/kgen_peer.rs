@@ -15,11 +15,12 @@
 //! `--dram` adds, per format and thread count, a GEMV over enough 4096x11008
 //! matrices to hold four times the L3 cache (read from sysfs), called in
 //! turn so that every call streams weights that are not in cache, against
-//! this machine's read bandwidth measured in the same run with as many
-//! threads.
+//! this machine's read bandwidth with as many threads: rounds of one read
+//! pass over as many bytes and one sweep over the matrices, so `fraction`
+//! is the median of ratios taken at the same moment.
 
 use kgen::format::ggml::GgmlMatrix;
-use kgen_benches::peer::{self, Args, Timing};
+use kgen_benches::peer::{self, Args};
 use kgen_runtime::{Matrix, Pool, WeightFormat};
 use std::hint::black_box;
 
@@ -27,6 +28,10 @@ use std::hint::black_box;
 const DRAM_SHAPE: (usize, usize) = (4096, 11008);
 /// The DRAM case's weights are at least this many times the L3 cache.
 const DRAM_L3_TIMES: usize = 4;
+/// The DRAM case times at least this many rounds (a read pass and a sweep).
+const DRAM_MIN_ROUNDS: usize = 15;
+/// Longer than a pool worker spins after a call before it parks.
+const PARK_WAIT: std::time::Duration = std::time::Duration::from_millis(2);
 
 fn fail(msg: String) -> ! {
     eprintln!("kgen_peer: {msg}");
@@ -162,25 +167,53 @@ fn dram(format: &str, a: &Args) {
     let mut y = vec![0f32; n];
     for &threads in &a.threads {
         let pool = Pool::new(threads);
-        let read_gbs = kgen_benches::read_bandwidth_threads_gbs(bytes, threads);
-        let mut i = 0;
-        let t: Timing = peer::time(a.min_time.max(0.3), || {
-            mats[i % count]
-                .gemm_on(&pool, black_box(&x), 1, &mut y)
-                .unwrap();
-            i += 1;
-        });
-        let gbs = per as f64 / t.median / 1e9;
+        let reads = kgen_benches::ReadBuffers::new(bytes, threads);
+        // Rounds of one read pass and one sweep over every matrix, so each
+        // GEMV figure has a bandwidth figure from the same moment; the two
+        // sets evict each other from L3, so neither reads from cache.
+        let sweep = |y: &mut Vec<f32>| {
+            for m in &mats {
+                m.gemm_on(&pool, black_box(&x), 1, y).unwrap();
+            }
+        };
+        sweep(&mut y);
+        reads.pass();
+        let (mut gemv_s, mut read_s, mut fraction) = (Vec::new(), Vec::new(), Vec::new());
+        let start = std::time::Instant::now();
+        while gemv_s.len() < DRAM_MIN_ROUNDS || start.elapsed().as_secs_f64() < a.min_time.max(0.3)
+        {
+            // Let the pool's workers finish spinning and park first: a read
+            // pass started while they spin shares its cores with them.
+            std::thread::sleep(PARK_WAIT);
+            let r = reads.pass().as_secs_f64() / reads.bytes() as f64;
+            let s = std::time::Instant::now();
+            sweep(&mut y);
+            let g = s.elapsed().as_secs_f64() / count as f64;
+            // Per matrix, and seconds per byte for the read.
+            fraction.push(r * per as f64 / g);
+            gemv_s.push(g);
+            read_s.push(r);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let rounds = gemv_s.len();
+        let (g, r, f) = (
+            median(&mut gemv_s),
+            median(&mut read_s),
+            median(&mut fraction),
+        );
+        let gbs = per as f64 / g / 1e9;
         println!(
             "KGEN_DRAM format={format} op=gemv shape={k}x{n} m=1 threads={threads} mats={count} \
              weights_mb={:.0} l3_mb={:.0} l3_from={l3_src} gflops={:.2} gbs={gbs:.2} \
-             read_gbs={read_gbs:.2} fraction={:.2} median_us={:.1} reps={} kernel={}",
+             read_gbs={:.2} fraction={f:.2} median_us={:.1} rounds={rounds} kernel={}",
             bytes as f64 / 1e6,
             l3 as f64 / (1 << 20) as f64,
-            2.0 * (k * n) as f64 / t.median / 1e9,
-            gbs / read_gbs,
-            t.median * 1e6,
-            t.reps,
+            2.0 * (k * n) as f64 / g / 1e9,
+            1.0 / r / 1e9,
+            g * 1e6,
             mats[0].gemv_kernel().name
         );
     }
