@@ -45,6 +45,14 @@ pub unsafe fn mulf(a: F, b: F) -> F {
     _mm512_mul_ps(a, b)
 }
 
+/// Asks for the cache line at `p` ahead of its use (GEMV weight streams,
+/// kept only in those kernels). A prefetch never faults, so `p` may lie
+/// past the matrix.
+#[inline(always)]
+pub unsafe fn prefetch(p: *const u8) {
+    _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
+}
+
 /// 64 weight bytes: 4 of each of 16 columns.
 #[inline(always)]
 pub unsafe fn loadb(p: *const u8) -> I {

@@ -121,10 +121,10 @@ impl Asm {
         if is_branch(&m) {
             return Counts::default();
         }
-        if m.starts_with("ld1r") {
+        if m.starts_with("ld1r") || m.starts_with("prf") || m.starts_with("prefetch") {
             return broadcast();
         }
-        if m.starts_with("ld") || m.starts_with("prf") || m.starts_with("prefetch") {
+        if m.starts_with("ld") {
             return one(Class::Load);
         }
         if m.starts_with("st") {

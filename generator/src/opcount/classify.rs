@@ -107,11 +107,14 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     Class::Op
 }
 
-/// A load intrinsic that broadcasts what it reads (`_mm256_broadcast_ss`,
-/// `vld1q_dup_f32`).
+/// A load intrinsic that takes a load port but not a full-width load path:
+/// one that broadcasts what it reads (`_mm256_broadcast_ss`,
+/// `vld1q_dup_f32`), or a prefetch, which moves nothing into a register.
 pub(crate) fn is_broadcast_load(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    n.contains("_broadcast_s") || (n.starts_with("vld") && n.contains("_dup"))
+    n.contains("_broadcast_s")
+        || (n.starts_with("vld") && n.contains("_dup"))
+        || n.contains("prefetch")
 }
 
 /// One broadcast load.

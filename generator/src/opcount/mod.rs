@@ -96,7 +96,8 @@ pub struct Counts {
     /// Loads among `loads` that broadcast one scalar from memory to every
     /// lane (`set1` of a read, `vpbroadcastd` / `ld1r`): most cores issue
     /// them on every load port, while full-width vector loads may be fewer
-    /// per cycle (Zen 4: one 512-bit load, three broadcasts).
+    /// per cycle (Zen 4: one 512-bit load, three broadcasts). Prefetches
+    /// count here too: a load port, no vector data.
     pub bcast: u64,
     pub stores: u64,
     /// Multiply-accumulates among `ops`: integer dots, matrix MACs, FMAs.

@@ -45,7 +45,12 @@ pub struct I8Isa {
     /// beyond L3 (4096x11008 and 11008x4096, Q4_0 and Q4_K, 1 thread,
     /// medians of 4 alternating rounds) read 13.4-15.9 GB/s without, 16.9-19.5
     /// with 2048 bytes and 21.4-26.4 with 4096; 4096x4096 (in L3) did not
-    /// change. Set only where it was measured (AVX2).
+    /// change. On the Zen 5 VM (AVX-512 VNNI, 4096x11008, 1 and 2 threads,
+    /// each sweep paired with a read pass of as many bytes) the 2-bit
+    /// `k2_bb` GEMV read 0.84-0.91 of the read bandwidth without, 0.98-1.02
+    /// with 4096 bytes (2048: 0.84-0.98; 8192 as 4096); Q4_0 and Q4_K were
+    /// at the bandwidth either way, and Q4_K in L3 gained about 5%. Set
+    /// where it was measured (AVX2, AVX-512 VNNI).
     pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
@@ -128,7 +133,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     signed_nibbles: false,
     mmla: false,
     sve_bits: None,
-    prefetch: None,
+    prefetch: Some(4096),
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: true,

@@ -843,31 +843,35 @@ mod tests {
         }
     }
 
-    /// AVX2 GEMVs ask for every cache line of a tile's block
-    /// `I8Isa::prefetch` bytes ahead, once per block; their GEMMs and the
-    /// ISAs without a prefetch distance do not.
+    /// The x86 GEMVs (AVX2, AVX-512 VNNI) ask for every cache line of a
+    /// tile's block `I8Isa::prefetch` bytes ahead, once per block; their
+    /// GEMMs and the ISAs without a prefetch distance do not.
     #[test]
-    fn avx2_gemvs_prefetch_their_weight_stream() {
-        let ahead = AVX2.prefetch.expect("AVX2 prefetches");
-        for (tag, t_u, bits) in [
-            ("q4_0", 2, 4),
-            ("q8_0", 4, 8),
-            ("q2_k", 2, 2),
-            ("q6_k", 2, 6),
-        ] {
-            let k = emitted_op(&AVX2, tag, t_u, 1, Op::Gemv);
-            let lines = (4 * bits * t_u * AVX2.lanes).div_ceil(64);
-            assert_eq!(k.matches("ops :: prefetch").count(), lines, "avx2 {tag}");
-            for l in 0..lines {
-                let at = format!("w . wrapping_add ({})", ahead + 64 * l);
-                assert!(k.contains(&at), "avx2 {tag}: no {at}");
-            }
-            let g = emitted_op(&AVX2, tag, t_u, 2, Op::Gemm { m: 32 });
-            assert!(!g.contains("prefetch"), "avx2 {tag} GEMM");
-            for isa in [&AVX512VNNI, &DOTPROD] {
+    fn x86_gemvs_prefetch_their_weight_stream() {
+        for isa in [&AVX2, &AVX512VNNI] {
+            let ahead = isa.prefetch.expect("x86 GEMVs prefetch");
+            for (tag, t_u, bits) in [
+                ("q4_0", 2, 4),
+                ("q8_0", 4, 8),
+                ("q2_k", 2, 2),
+                ("q6_k", 2, 6),
+                ("k2_bb", 2, 2),
+            ] {
+                let name = isa.name;
                 let k = emitted_op(isa, tag, t_u, 1, Op::Gemv);
-                assert!(!k.contains("prefetch"), "{} {tag}", isa.name);
+                let lines = (4 * bits * t_u * isa.lanes).div_ceil(64);
+                assert_eq!(k.matches("ops :: prefetch").count(), lines, "{name} {tag}");
+                for l in 0..lines {
+                    let at = format!("w . wrapping_add ({})", ahead + 64 * l);
+                    assert!(k.contains(&at), "{name} {tag}: no {at}");
+                }
+                let g = emitted_op(isa, tag, t_u, 2, Op::Gemm { m: 32 });
+                assert!(!g.contains("prefetch"), "{name} {tag} GEMM");
             }
+        }
+        for tag in ["q4_0", "q8_0", "q2_k", "q6_k", "k2_bb"] {
+            let k = emitted_op(&DOTPROD, tag, 2, 1, Op::Gemv);
+            assert!(!k.contains("prefetch"), "dotprod {tag}");
         }
     }
 
