@@ -118,7 +118,7 @@ fn main() {
         secs
     );
     println!(
-        "{:<6} {:<10} {:>10} {:>10} {:>8} {:>11}  2T pool: calls no-gain reduced rerun",
+        "{:<6} {:<10} {:>10} {:>10} {:>8} {:>11}  2T pool: calls no-gain reduced rerun woke",
         "case", "op", "1T GFLOPS", "2T GFLOPS", "2T/1T", "2T/1T mean"
     );
     for busy in [false, true] {
@@ -130,7 +130,7 @@ fn main() {
             let after = p2.stats();
             let gflops = |s: f64| 2.0 * (m * K * N) as f64 / s / 1e9;
             println!(
-                "{:<6} {:<10} {:>10.1} {:>10.1} {:>7.2}x {:>10.2}x  {:>14} {:>7} {:>7} {:>5}",
+                "{:<6} {:<10} {:>10.1} {:>10.1} {:>7.2}x {:>10.2}x  {:>14} {:>7} {:>7} {:>5} {:>4}",
                 if busy { "busy" } else { "quiet" },
                 if m == 1 {
                     "gemv".to_string()
@@ -144,7 +144,8 @@ fn main() {
                 after.calls - before.calls,
                 after.no_gain - before.no_gain,
                 after.reduced - before.reduced,
-                after.rerun - before.rerun
+                after.rerun - before.rerun,
+                after.woke - before.woke
             );
         }
         if let Some(c) = child.as_mut() {

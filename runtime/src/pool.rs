@@ -26,7 +26,9 @@
 //! its workers, judged against the caller's own CPU time (the scheduler had
 //! a worker take turns with the caller on one core while another process
 //! held the other), makes the calls of the next few milliseconds use one
-//! thread fewer (`Backoff`); [`Pool::stats`] counts all of it.
+//! thread fewer (`Backoff`), unless it had to wake a parked worker first
+//! (the wake-up, not another process, held it back); [`Pool::stats`]
+//! counts all of it.
 //!
 //! A pool of `threads` has `threads - 1` worker threads. Workers park on a
 //! condition variable between calls; nothing is spawned per call.
@@ -160,6 +162,9 @@ struct State {
     remaining: usize,
     panic: Option<Payload>,
     shutdown: bool,
+    /// Which workers (by id) wait on `Shared::work` right now: a job
+    /// published while one of them does has to wake it first.
+    parked: Vec<bool>,
 }
 
 struct Shared {
@@ -260,6 +265,7 @@ struct Counts {
     reduced: AtomicU64,
     no_gain: AtomicU64,
     rerun: AtomicU64,
+    woke: AtomicU64,
 }
 
 /// What a pool's claimed jobs ([`Pool::run_chunks`] and the int8 kernels'
@@ -277,6 +283,9 @@ pub struct PoolStats {
     /// Indices a worker claimed but the caller ran again (the worker took
     /// too long: it had lost its core).
     pub rerun: u64,
+    /// Calls among `no_gain` that had to wake a parked worker first: the
+    /// wake-up held them back, so they do not reduce the threads.
+    pub woke: u64,
 }
 
 /// The CPU time this thread has used, where the OS says (time it waited
@@ -306,6 +315,14 @@ fn spin_until(cond: impl Fn() -> bool) {
     let start = Instant::now();
     while !cond() && start.elapsed() < SPIN {
         std::thread::yield_now();
+    }
+}
+
+impl State {
+    /// Whether a worker that takes part in a job of `active` threads (ids
+    /// `1..active`) is parked, so that publishing the job wakes it.
+    fn woke(&self, active: usize) -> bool {
+        self.parked.iter().take(active).skip(1).any(|&p| p)
     }
 }
 
@@ -451,6 +468,7 @@ impl Pool {
                 remaining: 0,
                 panic: None,
                 shutdown: false,
+                parked: vec![false; wanted],
             }),
             work: Condvar::new(),
             done: Condvar::new(),
@@ -589,12 +607,13 @@ impl Pool {
             done: (0..chunks).map(|_| AtomicBool::new(false)).collect(),
             active,
         });
-        {
+        let woke = {
             let mut st = self.shared.lock();
             st.epoch = st.epoch.wrapping_add(1);
             st.job = Some(Published::Detached(Arc::clone(&job)));
             self.shared.epoch_hint.store(st.epoch, Ordering::Release);
-        }
+            st.woke(active)
+        };
         self.shared.work.notify_all();
 
         let _g = InPoolGuard::enter();
@@ -644,7 +663,15 @@ impl Pool {
             }
         }
         self.counts.rerun.fetch_add(rerun, Ordering::Relaxed);
-        self.judge(&mut backoff, allowed, chunks, own as usize, own_cpu, start);
+        self.judge(
+            &mut backoff,
+            allowed,
+            chunks,
+            own as usize,
+            own_cpu,
+            start,
+            woke,
+        );
         drop(backoff);
         if let Some(p) = panic {
             resume_unwind(p);
@@ -671,6 +698,16 @@ impl Pool {
     /// its core took it from the start, and the two never ran at once (on
     /// an idle machine a spinning worker may also have finished a tiny job
     /// before the caller began, which runs as fast alone).
+    ///
+    /// A call that had to wake a parked worker (`woke`) and gained nothing
+    /// is counted but changes nothing: the wake-up (tens of microseconds, a
+    /// whole GEMV) held it back, not another process. Otherwise a quiet
+    /// machine locks itself in: a reduced call leaves the unused worker
+    /// parked, so the next call with all threads has to wake it, gains
+    /// nothing again, and backs off for longer. A worker that really lost
+    /// its core is awake (spinning, or runnable) when the next call comes
+    /// and is judged then.
+    #[allow(clippy::too_many_arguments)]
     fn judge(
         &self,
         backoff: &mut Backoff,
@@ -679,6 +716,7 @@ impl Pool {
         own: usize,
         own_cpu: Option<Duration>,
         start: Instant,
+        woke: bool,
     ) {
         let now = Instant::now();
         let wall = now - start;
@@ -689,6 +727,10 @@ impl Pool {
         self.counts
             .no_gain
             .fetch_add(u64::from(no_gain), Ordering::Relaxed);
+        if no_gain && woke {
+            self.counts.woke.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         backoff.record(self.threads, allowed, no_gain, wall, now);
     }
 
@@ -703,6 +745,7 @@ impl Pool {
             reduced: c.reduced.load(Ordering::Relaxed),
             no_gain: c.no_gain.load(Ordering::Relaxed),
             rerun: c.rerun.load(Ordering::Relaxed),
+            woke: c.woke.load(Ordering::Relaxed),
         }
     }
 
@@ -741,7 +784,7 @@ impl Pool {
             active,
             split,
         };
-        {
+        let woke = {
             let mut st = self.shared.lock();
             // No participant of the previous job is left (it ended with
             // `remaining == 0`), so nobody can claim from this reset.
@@ -759,7 +802,8 @@ impl Pool {
                 .remaining_hint
                 .store(st.remaining, Ordering::Release);
             self.shared.epoch_hint.store(st.epoch, Ordering::Release);
-        }
+            st.woke(active)
+        };
         self.shared.work.notify_all();
 
         let own = AtomicUsize::new(0);
@@ -802,6 +846,7 @@ impl Pool {
                 own.into_inner(),
                 own_cpu,
                 start,
+                woke,
             );
         }
         drop(backoff);
@@ -879,7 +924,9 @@ fn worker(shared: Arc<Shared>, id: usize) {
                         _ => {}
                     }
                 }
+                st.parked[id] = true;
                 st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
+                st.parked[id] = false;
             }
         };
         let job = match job {
@@ -1508,6 +1555,42 @@ mod tests {
         );
         let out = out.into_iter().map(|a| a.into_inner()).collect();
         (out, mine_n.get(), adopt_n.get())
+    }
+
+    /// Waits (up to 10 s) until worker `id` of `pool` is parked.
+    fn until_parked(pool: &Pool, id: usize) {
+        let start = Instant::now();
+        while !pool.shared.lock().parked[id] {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "worker {id} never parked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn a_call_that_wakes_a_parked_worker_does_not_back_off() {
+        // Each call finds the worker parked and has tasks far shorter than
+        // waking it takes, so the caller runs them alone: no gain, but the
+        // wake-up's fault, and the pool keeps both threads.
+        let pool = Pool::new(2);
+        for round in 0..4 {
+            until_parked(&pool, 1);
+            let hits: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(0)).collect();
+            pool.run_chunks(2, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            until_parked(&pool, 1);
+            let (out, mine, adopted) = detached_spins(&pool, 2, Duration::ZERO);
+            assert_eq!(out, vec![7, 8], "round {round}");
+            assert_eq!(mine + adopted, 2);
+            let st = pool.stats();
+            assert_eq!(st.no_gain, st.woke, "round {round}: {st:?}");
+            assert_eq!(st.reduced, 0, "round {round}: {st:?}");
+            assert!(pool.run_lock.lock().unwrap().until.is_none());
+        }
     }
 
     #[cfg(target_os = "linux")]

@@ -80,14 +80,19 @@ fn main() {
                         eprintln!("CHECK FAILED kgen {format} {k}x{n} m={m} relerr={err:.3e}");
                         failed += 1;
                     }
+                    let before = pool.stats();
                     let t = peer::time(a.min_time, || run(&mut y));
+                    let after = pool.stats();
                     let kernel = if m == 1 {
                         w.gemv_kernel().name
                     } else {
                         w.gemm_kernel().name
                     };
+                    // What the pool met in the timed calls: split calls,
+                    // no gain (of those, after waking a parked worker),
+                    // run reduced, indices rerun by the caller.
                     println!(
-                        "{}",
+                        "{} pool_calls={} pool_no_gain={} pool_woke={} pool_reduced={} pool_rerun={}",
                         peer::line(
                             "KGEN",
                             format,
@@ -98,7 +103,12 @@ fn main() {
                             w.weight_bytes(),
                             err,
                             kernel
-                        )
+                        ),
+                        after.calls - before.calls,
+                        after.no_gain - before.no_gain,
+                        after.woke - before.woke,
+                        after.reduced - before.reduced,
+                        after.rerun - before.rerun,
                     );
                 }
             }
