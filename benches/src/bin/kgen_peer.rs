@@ -88,9 +88,10 @@ fn main() {
                     } else {
                         w.gemm_kernel().name
                     };
-                    // What the pool met in the timed calls: split calls,
-                    // no gain (of those, after waking a parked worker),
-                    // run reduced, indices rerun by the caller.
+                    // What the pool met while `peer::time` ran (its warm-up
+                    // and sizing calls included): split calls, no gain (of
+                    // those, after waking a parked worker), run reduced,
+                    // indices rerun by the caller.
                     println!(
                         "{} pool_calls={} pool_no_gain={} pool_woke={} pool_reduced={} pool_rerun={}",
                         peer::line(
@@ -193,8 +194,13 @@ fn dram(format: &str, a: &Args) {
         while gemv_s.len() < DRAM_MIN_ROUNDS || start.elapsed().as_secs_f64() < a.min_time.max(0.3)
         {
             // Let the pool's workers finish spinning and park first: a read
-            // pass started while they spin shares its cores with them.
-            std::thread::sleep(PARK_WAIT);
+            // pass started while they spin shares its cores with them. The
+            // caller spins meanwhile rather than sleeping, so its core does
+            // not idle into a lower clock before the timed pass.
+            let wait = std::time::Instant::now();
+            while wait.elapsed() < PARK_WAIT {
+                std::hint::spin_loop();
+            }
             let r = reads.pass().as_secs_f64() / reads.bytes() as f64;
             let s = std::time::Instant::now();
             sweep(&mut y);
@@ -204,9 +210,15 @@ fn dram(format: &str, a: &Args) {
             gemv_s.push(g);
             read_s.push(r);
         }
+        // As `peer::time`: the middle two averaged for an even count.
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
+            let h = v.len() / 2;
+            if v.len().is_multiple_of(2) {
+                (v[h - 1] + v[h]) / 2.0
+            } else {
+                v[h]
+            }
         };
         let rounds = gemv_s.len();
         let (g, r, f) = (

@@ -208,4 +208,14 @@ mod tests {
         assert_eq!(c("_mm512_mullo_epi32").fmul, 0);
         assert_eq!(c("_mm512_cvtepi32_ps").fmul, 0);
     }
+
+    #[test]
+    fn prefetches_take_a_load_port_but_not_a_full_width_load() {
+        for name in ["_mm_prefetch", "__prefetch"] {
+            assert_eq!(classify_intrinsic(name), Class::Load, "{name}");
+            assert!(is_broadcast_load(name), "{name}");
+        }
+        assert!(!is_broadcast_load("_mm512_loadu_si512"));
+        assert!(is_broadcast_load("_mm256_broadcast_ss"));
+    }
 }

@@ -39,7 +39,9 @@
 //!   - everything else is one op.
 //! - `asm!`: each line of the template strings is one instruction, except
 //!   directives (`.arch_extension`), labels and comments; by mnemonic,
-//!   `ld*` is a load, `st*` a store, an Intel-syntax memory operand
+//!   `ld*` is a load (`ld1r` a broadcast one), a prefetch (`prfm`,
+//!   `prefetch*`) a load that is not full-width, as a broadcast (it takes
+//!   a load port, no vector data), `st*` a store, an Intel-syntax memory operand
 //!   (`[..]`, not an Arm lane index `z0.b[1]`) makes a `mov`/broadcast a
 //!   load or store and adds a load to any other instruction, and dot/MAC
 //!   mnemonics (sdot, smmla, fmla, vpdpbusd, ...) are sub-counted as above.

@@ -50,7 +50,8 @@ pub struct I8Isa {
     /// `k2_bb` GEMV read 0.84-0.91 of the read bandwidth without, 0.98-1.02
     /// with 4096 bytes (2048: 0.84-0.98; 8192 as 4096); Q4_0 and Q4_K were
     /// at the bandwidth either way, and Q4_K in L3 gained about 5%. Set
-    /// where it was measured (AVX2, AVX-512 VNNI).
+    /// where it was measured (AVX2 on Zen 3, AVX-512 VNNI on Zen 5; Zen 4
+    /// and Intel unmeasured).
     pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
