@@ -139,10 +139,9 @@ unsafe fn sum_words_avx2(v: &[u64]) -> [u64; 8] {
         // SAFETY: `l` is 32 writable bytes; an unaligned store needs no more.
         unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, acc) };
     }
-    for (i, w) in lanes.iter().flatten().enumerate() {
-        out[i % 8] = out[i % 8].wrapping_add(*w);
-    }
-    for (i, w) in tail.iter().enumerate() {
+    // The lanes hold words 0..16 of every step, and the tail starts at a
+    // multiple of 16, so word `i` of the chain goes to lane `i % 8`.
+    for (i, w) in lanes.iter().flatten().chain(tail).enumerate() {
         out[i % 8] = out[i % 8].wrapping_add(*w);
     }
     out

@@ -139,15 +139,21 @@ pub fn time(min_time: f64, mut f: impl FnMut()) -> Timing {
     let est = s.elapsed().as_secs_f64().max(1e-7);
     let reps = ((min_time / est).ceil() as usize).clamp(MIN_REPS, MAX_REPS);
     let t = sorted_samples(reps, f);
-    let median = if reps % 2 == 1 {
-        t[reps / 2]
-    } else {
-        0.5 * (t[reps / 2 - 1] + t[reps / 2])
-    };
     Timing {
-        median,
+        median: median_of_sorted(&t),
         min: t[0],
         reps,
+    }
+}
+
+/// The median of samples sorted ascending: the middle one, or the mean of
+/// the middle two for an even count.
+pub fn median_of_sorted(t: &[f64]) -> f64 {
+    let h = t.len() / 2;
+    if t.len() % 2 == 1 {
+        t[h]
+    } else {
+        0.5 * (t[h - 1] + t[h])
     }
 }
 

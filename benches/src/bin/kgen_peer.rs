@@ -210,15 +210,9 @@ fn dram(format: &str, a: &Args) {
             gemv_s.push(g);
             read_s.push(r);
         }
-        // As `peer::time`: the middle two averaged for an even count.
         let median = |v: &mut Vec<f64>| {
             v.sort_by(f64::total_cmp);
-            let h = v.len() / 2;
-            if v.len().is_multiple_of(2) {
-                (v[h - 1] + v[h]) / 2.0
-            } else {
-                v[h]
-            }
+            peer::median_of_sorted(v)
         };
         let rounds = gemv_s.len();
         let (g, r, f) = (
