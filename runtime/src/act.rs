@@ -258,4 +258,32 @@ mod tests {
         }
         eprintln!("quantizers checked: {ran:?}");
     }
+
+    /// The buffers are resized, not cleared, between calls: a call into
+    /// buffers a larger call left behind gives a fresh call's bytes,
+    /// including the zero row an odd last row is paired with.
+    #[test]
+    fn reused_buffers_give_a_fresh_calls_bytes() {
+        let x = Rng::new(11).vec_f32(6 * 200);
+        for q in QUANTIZERS.iter().filter(|q| q.runnable()) {
+            for row_pairs in [false, true] {
+                for format in [GgmlType::Q8_0, GgmlType::Q4_K] {
+                    let fmt = ActFormat {
+                        row_pairs,
+                        ..ActFormat::plain(format)
+                    };
+                    let mut out = QuantizedActivations::default();
+                    // 6 x 200 (k_pad 224), then 3 x 70 (k_pad 96) into the
+                    // same buffers: stale levels sit where row 3 pairs.
+                    q.quantize(&x, 6, 200, 224, fmt, &mut out);
+                    q.quantize(&x[..210], 3, 70, 96, fmt, &mut out);
+                    let want = quantize_activations_as(&x[..210], 3, 70, 96, fmt);
+                    assert_eq!(out.q, want.q, "{} {row_pairs}", q.name);
+                    assert_eq!(out.c, want.c, "{} {row_pairs}", q.name);
+                    let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&out.d), bits(&want.d), "{} {row_pairs}", q.name);
+                }
+            }
+        }
+    }
 }

@@ -148,47 +148,63 @@ pub fn quantize_with(
     let blocks = k_pad / QK;
     let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
-    out.q.clear();
-    out.q.resize(rows * k_pad, 0);
-    out.d.clear();
-    out.d.resize(rows * blocks * d_per_row, 0.0);
     let sums = fmt.sums;
-    out.c.clear();
+    // Every value of rows 0..m is written below, so buffers a caller reuses
+    // are resized without clearing them; only the zero row an odd last row
+    // is paired with is zeroed.
+    out.q.resize(rows * k_pad, 0);
+    out.d.resize(rows * blocks * d_per_row, 0.0);
     out.c.resize(m * blocks * sums, 0);
+    if rows > m {
+        out.q[(rows - 2) * k_pad..].fill(0);
+        out.d[(rows - 2) * blocks * d_per_row..].fill(0.0);
+    }
     let group = fmt.group.max(1);
     assert!(
         group <= MAX_GROUP,
         "activation scale groups of {group} blocks"
     );
-    let mut bufs = [[0f32; QK]; MAX_GROUP];
+    // Blocks inside K are read where they are; a block reaching past K (the
+    // padding to k_pad) is copied into `tail` with zeros after K.
+    let zero = [0f32; QK];
+    let mut tail = [0f32; QK];
+    // Per group of a row: its scale and inverse, found for the whole row
+    // before any level, so the divisions of successive groups overlap
+    // rather than each block's levels waiting on its own (per-block scales,
+    // Q8_0's, paid that chain once per 32 values).
+    let mut scales: Vec<(f32, f32, bool)> = Vec::with_capacity(blocks.div_ceil(group));
     for r in 0..m {
         let row = &x[r * k..(r + 1) * k];
         let (pair, odd) = (r / 2, r % 2);
-        for g0 in (0..blocks).step_by(group) {
-            let bufs = &mut bufs[..group.min(blocks - g0)];
-            for (i, buf) in bufs.iter_mut().enumerate() {
-                let lo = (g0 + i) * QK;
-                if lo + QK <= k {
-                    buf.copy_from_slice(&row[lo..lo + QK]);
-                } else {
-                    // Past K (the padding to k_pad): zeros.
-                    buf.fill(0.0);
-                    if lo < k {
-                        buf[..k - lo].copy_from_slice(&row[lo..]);
-                    }
-                }
+        if !k.is_multiple_of(QK) {
+            let lo = k / QK * QK;
+            tail = zero;
+            tail[..k - lo].copy_from_slice(&row[lo..]);
+        }
+        let block = |b: usize| -> &[f32; QK] {
+            let lo = b * QK;
+            match row.get(lo..lo + QK) {
+                Some(s) => s.try_into().expect("a slice of QK values"),
+                None if lo < k => &tail,
+                None => &zero,
             }
-            // One scale for the group: from the largest magnitude of its
-            // blocks, or what a non-finite value makes it.
-            let finite = bufs.iter().all(all_finite);
-            let (d, id) = if finite {
-                block_scale(bufs.iter().fold(0f32, |a, b| a.max(amax(b))))
+        };
+        // One scale per group: from the largest magnitude of its blocks, or
+        // what a non-finite value makes it.
+        scales.clear();
+        scales.extend((0..blocks).step_by(group).map(|g0| {
+            let g = g0..blocks.min(g0 + group);
+            if g.clone().all(|b| all_finite(block(b))) {
+                let (d, id) = block_scale(g.fold(0f32, |a, b| a.max(amax(block(b)))));
+                (d, id, true)
             } else {
-                (non_finite_scale(bufs), 0.0)
-            };
-            for (i, buf) in bufs.iter().enumerate() {
-                let b = g0 + i;
-                let lo = b * QK;
+                let copies: Vec<[f32; QK]> = g.map(|b| *block(b)).collect();
+                (non_finite_scale(&copies), 0.0, false)
+            }
+        }));
+        for (gi, &(d, id, finite)) in scales.iter().enumerate() {
+            for b in gi * group..blocks.min((gi + 1) * group) {
+                let buf = block(b);
                 let (q, sum) = if finite {
                     levels(buf, id)
                 } else {
@@ -198,7 +214,7 @@ pub fn quantize_with(
                     out,
                     &fmt,
                     (r, pair, odd),
-                    (b, blocks, lo),
+                    (b, blocks, b * QK),
                     k_pad,
                     (d, &q, sum),
                 );
