@@ -168,11 +168,13 @@ pub fn quantize_with(
     // padding to k_pad) is copied into `tail` with zeros after K.
     let zero = [0f32; QK];
     let mut tail = [0f32; QK];
-    // Per group of a row: its scale and inverse, found for the whole row
-    // before any level, so the divisions of successive groups overlap
-    // rather than each block's levels waiting on its own (per-block scales,
-    // Q8_0's, paid that chain once per 32 values).
-    let mut scales: Vec<(f32, f32, bool)> = Vec::with_capacity(blocks.div_ceil(group));
+    // Per group of a row: its largest magnitude (NaN where a value is not
+    // finite), then all its scales and inverses in one pass, so the
+    // divisions run as vectors and the levels never wait on them (per
+    // block, Q8_0's scales paid a division chain every 32 values).
+    let groups = blocks.div_ceil(group);
+    let mut amaxes: Vec<f32> = vec![0.0; groups];
+    let mut scales: Vec<(f32, f32)> = vec![(0.0, 0.0); groups];
     for r in 0..m {
         let row = &x[r * k..(r + 1) * k];
         let (pair, odd) = (r / 2, r % 2);
@@ -190,20 +192,29 @@ pub fn quantize_with(
             }
         };
         // One scale per group: from the largest magnitude of its blocks, or
-        // what a non-finite value makes it.
-        scales.clear();
-        scales.extend((0..blocks).step_by(group).map(|g0| {
-            let g = g0..blocks.min(g0 + group);
-            if g.clone().all(|b| all_finite(block(b))) {
-                let (d, id) = block_scale(g.fold(0f32, |a, b| a.max(amax(block(b)))));
-                (d, id, true)
-            } else {
-                let copies: Vec<[f32; QK]> = g.map(|b| *block(b)).collect();
-                (non_finite_scale(&copies), 0.0, false)
-            }
-        }));
-        for (gi, &(d, id, finite)) in scales.iter().enumerate() {
+        // what a non-finite value makes it. Plain loops: iterator adaptors
+        // here were left as calls outside the runtime's `#[target_feature]`
+        // function, and `amax` with them.
+        for (gi, a) in amaxes.iter_mut().enumerate() {
+            let mut finite = true;
+            let mut m = 0f32;
             for b in gi * group..blocks.min((gi + 1) * group) {
+                finite &= all_finite(block(b));
+                m = m.max(amax(block(b)));
+            }
+            *a = if finite { m } else { f32::NAN };
+        }
+        for (s, &a) in scales.iter_mut().zip(&amaxes) {
+            *s = block_scale(a);
+        }
+        for (gi, (&a, &(mut d, id))) in amaxes.iter().zip(&scales).enumerate() {
+            let g = gi * group..blocks.min((gi + 1) * group);
+            let finite = !a.is_nan();
+            if !finite {
+                let copies: Vec<[f32; QK]> = g.clone().map(|b| *block(b)).collect();
+                d = non_finite_scale(&copies);
+            }
+            for b in g {
                 let buf = block(b);
                 let (q, sum) = if finite {
                     levels(buf, id)
