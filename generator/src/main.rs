@@ -578,8 +578,6 @@ fn print_plan_i8(
         p.order,
         if p.spec.op == Op::Gemv {
             ""
-        } else if p.gemm_whole_k() {
-            " (the GEMV's; a panel is one tile, so each micro kernel call runs all of K)"
         } else {
             " (the GEMV's)"
         }

@@ -55,20 +55,4 @@ impl I8Plan {
             isa.group_bytes
         )
     }
-
-    /// Whether a GEMM's micro kernel runs over all of K in one call rather
-    /// than one `m_b` block at a time. `m_b` is the GEMV's L1 block, which
-    /// the layout stores the weights by; where a panel is one tile wide
-    /// (`t_b` = the tile's columns) a tile's blocks follow each other across
-    /// those K blocks, so one call can walk them all. A row group's
-    /// activations then span K (16 KiB for four rows of 4096), still inside
-    /// L1, and the call's accumulator loads, stores and pipeline drain come
-    /// once per K instead of once per `m_b` (Q8_0's `m_b` is 11 blocks on
-    /// AVX-512). Tiles whose levels go through a scratch keep the K blocks.
-    pub fn gemm_whole_k(&self) -> bool {
-        let isa = I8Isa::by_name(self.isa).expect("plan ISA");
-        self.tile.m_r > 1
-            && self.block.t_b == self.tile.t_u * self.lanes
-            && !crate::family::int8::emit::micro::scratch_levels(&self.spec, &isa)
-    }
 }

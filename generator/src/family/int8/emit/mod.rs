@@ -530,13 +530,6 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         })
         .collect();
     let attrs = fn_attrs(isa);
-    // Blocks per micro kernel call: the layout's K block, or all of K
-    // (`I8Plan::gemm_whole_k`).
-    let per_call = if p.gemm_whole_k() {
-        quote! { blocks.max(1) }
-    } else {
-        quote! { M_B / 32 }
-    };
     // Pair-interleaved activations: a row pair spans 2 k_pad bytes and 4
     // scales per block.
     let (pairs, xs, bs) = if isa.mmla && p.tile.m_r > 1 {
@@ -602,8 +595,8 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         }
     } else {
         // Row groups outside the tiles: a group's activations (m_r x m_b
-        // bytes, or m_r x K where a call runs all of K) stay in L1 while the
-        // panel's weight block streams past them once per group.
+        // bytes) stay in L1 while the panel's weight block streams past
+        // them once per group.
         quote! {
             let mut r = 0;
             while r < m {
@@ -642,7 +635,7 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         ) {
             unsafe {
                 let blocks = k_pad / 32;
-                let per_kb = #per_call;
+                let per_kb = M_B / 32;
                 let k_blocks = (blocks + per_kb - 1) / per_kb;
                 let (ldx, ldb, ldy) = (#ldx_mul * k_pad, #ldb_mul * blocks, n_pad);
                 let c_begin = panel_begin * T_B;
