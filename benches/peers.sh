@@ -19,6 +19,12 @@
 #   --dram        also a DRAM-resident GEMV for kgen: enough 4096x11008
 #                 matrices to hold 4x the L3 cache (from sysfs), called in
 #                 turn, against the read bandwidth measured in the same run
+#   --isa avx2    every peer on its AVX2 code, on a CPU that has more: kgen
+#                 with KGEN_FORCE_ISA=avx2 (no dot peak: AVX2 has no single
+#                 byte dot), llama.cpp built with GGML_NATIVE=OFF (run.sh's
+#                 LCP_ISA=avx2: AVX2/FMA/F16C, no AVX-512), candle with
+#                 target-cpu=x86-64-v3. A proxy for an AVX2-only CPU, not one:
+#                 the core's caches, ports and clocks stay this machine's.
 #   --out DIR     keep the raw lines in DIR (default: a fresh temporary dir)
 #
 # Each peer runs in its own process, one after another, never two at once:
@@ -57,6 +63,7 @@ MIN_TIME=0.5
 BUSY=0
 DRAM=0
 LARGE=0
+ISA=native
 OUT=""
 
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -70,6 +77,7 @@ while [ $# -gt 0 ]; do
         --min-time) MIN_TIME="$2"; shift 2 ;;
         --busy) BUSY=1; shift ;;
         --dram) DRAM=1; shift ;;
+        --isa) ISA="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         -h|--help) usage ;;
         *) echo "peers.sh: unknown argument $1" >&2; usage ;;
@@ -77,6 +85,13 @@ while [ $# -gt 0 ]; do
 done
 
 [ "$LARGE" = 1 ] && SHAPES="$SHAPES,11008x4096,4096x11008"
+case "$ISA" in
+    native) CANDLE_CPU=native ;;
+    avx2)
+        CANDLE_CPU=x86-64-v3
+        export KGEN_FORCE_ISA=avx2 LCP_ISA=avx2 ;;
+    *) echo "peers.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;
+esac
 CPUS="$(nproc)"
 THREADS="$(tr ',' '\n' <<< "$THREADS" | awk -v c="$CPUS" '$1 <= c' | paste -sd, -)"
 [ -n "$THREADS" ] || { echo "peers.sh: no thread count fits $CPUS CPUs" >&2; exit 2; }
@@ -103,11 +118,11 @@ echo "== building kgen_peer (default release build, RUSTFLAGS cleared)" >&2
 (cd "$ROOT" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS CARGO_TARGET_DIR="$TGT" \
     cargo build --release -q -p kgen-benches --bin kgen_peer)
 KGEN="$TGT/release/kgen_peer"
-echo "== building candle_peer (RUSTFLAGS=-C target-cpu=native, $TGT/candle-native)" >&2
-(cd "$ROOT" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="-C target-cpu=native" \
-    CARGO_TARGET_DIR="$TGT/candle-native" \
+echo "== building candle_peer (RUSTFLAGS=-C target-cpu=$CANDLE_CPU, $TGT/candle-$CANDLE_CPU)" >&2
+(cd "$ROOT" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="-C target-cpu=$CANDLE_CPU" \
+    CARGO_TARGET_DIR="$TGT/candle-$CANDLE_CPU" \
     cargo build --release -q -p kgen-candle-peer --bin candle_peer)
-CANDLE="$TGT/candle-native/release/candle_peer"
+CANDLE="$TGT/candle-$CANDLE_CPU/release/candle_peer"
 echo "== building llama.cpp's bench (benches/llamacpp/run.sh)" >&2
 LCP="$(bash "$ROOT/benches/llamacpp/run.sh" --build-only)"
 
@@ -134,7 +149,7 @@ DRAM_ARG=()
 [ "$DRAM" = 1 ] && DRAM_ARG=(--dram)
 {
     echo "MACHINE cpu=\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')\"" \
-         "cpus=$CPUS load1=$(cut -d' ' -f1 /proc/loadavg)"
+         "cpus=$CPUS load1=$(cut -d' ' -f1 /proc/loadavg) isa=$ISA"
 } | tee -a "$LOG" >&2
 run "kgen: $FORMATS" "" "$KGEN" --formats "$FORMATS" --threads "$THREADS" "${CASES[@]}" "${DRAM_ARG[@]}"
 [ -z "$LLAMA_FORMATS" ] ||

@@ -73,10 +73,15 @@ def best_llama(rows, tag, k):
 
 def main(path):
     rows = parse(path)
+    isa = "native"
     for r in rows:
         if r["tag"] == "MACHINE":
+            isa = r.get("isa", "native")
             print(f"machine: {r.get('cpu', '?')}, {r.get('cpus', '?')} CPUs, "
                   f"load average {r.get('load1', '?')} at the start")
+            if isa == "avx2":
+                print("every peer on its AVX2 code (peers.sh --isa avx2): kgen with "
+                      "KGEN_FORCE_ISA=avx2, llama.cpp built without AVX-512, candle for x86-64-v3")
     peak = next((r for r in rows if r["tag"] == "PEAK"), None)
     peak_gops = num(peak, "gops")
     if peak_gops is not None:
@@ -110,7 +115,8 @@ def main(path):
         ])
     if out:
         print()
-        print("kgen next to llama.cpp (faster of plain/repack) and candle (target-cpu=native); "
+        cpu = "x86-64-v3" if isa == "avx2" else "native"
+        print(f"kgen next to llama.cpp (faster of plain/repack) and candle (target-cpu={cpu}); "
               "ratios above 1: kgen faster")
         print(table(header, out))
 

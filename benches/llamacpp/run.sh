@@ -11,7 +11,10 @@
 #   bash benches/llamacpp/run.sh --type q4_0,iq4_nl --threads 1   # extra args go to the bench
 #   bash benches/llamacpp/run.sh --build-only    # build, print the bench's path, run nothing
 #
-# Environment: LCP_VERSION (0.3.36), LCP_DIR (/tmp/lcp), LCP_BUILD (/tmp/lcp-build),
+# Environment: LCP_VERSION (0.3.36), LCP_DIR (/tmp/lcp), LCP_ISA (native; avx2
+# builds ggml with GGML_NATIVE=OFF, i.e. SSE4.2/AVX/AVX2/FMA/F16C/BMI2 and no
+# AVX-512, and the bench with -march=haswell: llama.cpp's AVX2 paths on a
+# machine that has more), LCP_BUILD (/tmp/lcp-build, or /tmp/lcp-build-avx2),
 # JOBS (2), LLAMAFILE (OFF; ON routes the non-repacked Q4_0 path through
 # llamafile's tinyBLAS, as llama.cpp's own default build does; use a separate
 # LCP_BUILD for it), VERIFY (0; 1 = first show with perf which kernels run).
@@ -20,7 +23,12 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LCP_VERSION="${LCP_VERSION:-0.3.36}"
 LCP_DIR="${LCP_DIR:-/tmp/lcp}"
-LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}"
+LCP_ISA="${LCP_ISA:-native}"
+case "$LCP_ISA" in
+    native) NATIVE=ON; MARCH=native; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}" ;;
+    avx2) NATIVE=OFF; MARCH=haswell; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build-avx2}" ;;
+    *) echo "run.sh: LCP_ISA must be native or avx2, not $LCP_ISA" >&2; exit 2 ;;
+esac
 JOBS="${JOBS:-2}"
 LLAMAFILE="${LLAMAFILE:-OFF}"
 
@@ -63,12 +71,19 @@ if cmp -s "$WRAP/CMakeLists.txt.new" "$WRAP/CMakeLists.txt"; then
 else
     mv "$WRAP/CMakeLists.txt.new" "$WRAP/CMakeLists.txt"
 fi
+# A build directory configured for the other ISA would run the wrong kernels.
+if [ -f "$LCP_BUILD/CMakeCache.txt" ] &&
+    ! grep -qx "GGML_NATIVE:BOOL=$NATIVE" "$LCP_BUILD/CMakeCache.txt"; then
+    echo "run.sh: $LCP_BUILD was configured with another GGML_NATIVE than LCP_ISA=$LCP_ISA" \
+        "needs ($NATIVE); use another LCP_BUILD" >&2
+    exit 2
+fi
 if [ ! -f "$LCP_BUILD/CMakeCache.txt" ]; then
     echo "== configuring ggml in $LCP_BUILD" >&2
     cmake -S "$WRAP" -B "$LCP_BUILD" \
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE=ON \
+        -DGGML_NATIVE="$NATIVE" \
         -DGGML_CPU=ON \
         -DGGML_CPU_REPACK=ON \
         -DGGML_LLAMAFILE="$LLAMAFILE" \
@@ -89,7 +104,7 @@ LIB_CPU="$(find "$LCP_BUILD" -name libggml-cpu.a | head -n1)"
 BIN="$LCP_BUILD/bench_mul_mat"
 if [ ! -x "$BIN" ] || [ "$HERE/bench_mul_mat.cpp" -nt "$BIN" ] || [ "$LIB_CPU" -nt "$BIN" ] || [ "$LIB_BASE" -nt "$BIN" ]; then
     echo "== compiling $BIN" >&2
-    g++ -std=c++17 -O2 -march=native -I"$SRC/include" \
+    g++ -std=c++17 -O2 -march="$MARCH" -I"$SRC/include" \
         "$HERE/bench_mul_mat.cpp" -o "$BIN" \
         "$LIB_CPU" "$LIB_BASE" -lpthread -lm
 fi

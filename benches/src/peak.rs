@@ -22,9 +22,10 @@ type Probe = (&'static str, f64, fn(u64));
 /// Iterations of 8 dots per timed run.
 const ITERS: u64 = 4_000_000;
 
-/// The best of five timed runs of the widest dot this CPU has, or `None`
-/// where it has none the probe knows (AVX2-only x86: its byte dot is two
-/// instructions, maddubs and madd, and a GEMM's count is not one number).
+/// The best of five timed runs of the widest dot this CPU has (or the
+/// ISA `KGEN_FORCE_ISA` forces the kernels to), or `None` where it has none
+/// the probe knows (AVX2-only x86: its byte dot is two instructions,
+/// maddubs and madd, and a GEMM's count is not one number).
 pub fn int8_dot_peak() -> Option<DotPeak> {
     let (isa, macs_per_op, run) = pick()?;
     let mut best = f64::MAX;
@@ -39,8 +40,21 @@ pub fn int8_dot_peak() -> Option<DotPeak> {
     })
 }
 
+/// The ISA `KGEN_FORCE_ISA` names, if any: a bench that forces the
+/// kernels to a narrower ISA sets them against that ISA's dot.
+fn forced() -> Option<String> {
+    std::env::var(kgen_runtime::FORCE_ISA_ENV).ok()
+}
+
 #[cfg(target_arch = "x86_64")]
 fn pick() -> Option<Probe> {
+    match forced().as_deref() {
+        Some("avxvnni") if std::arch::is_x86_feature_detected!("avxvnni") => {
+            return Some(("avxvnni", 32.0, |n| unsafe { x86::ymm(n) }));
+        }
+        Some("avx2" | "portable") => return None,
+        _ => {}
+    }
     if std::arch::is_x86_feature_detected!("avx512vnni") {
         // SAFETY (inside): the features were just detected.
         Some(("avx512vnni", 64.0, |n| unsafe { x86::zmm(n) }))
@@ -53,6 +67,9 @@ fn pick() -> Option<Probe> {
 
 #[cfg(target_arch = "aarch64")]
 fn pick() -> Option<Probe> {
+    if forced().as_deref() == Some("portable") {
+        return None;
+    }
     if std::arch::is_aarch64_feature_detected!("dotprod") {
         Some(("dotprod", 16.0, |n| unsafe { arm::sdot(n) }))
     } else {
