@@ -34,11 +34,13 @@
 #             picks at run time. It first measures one core's int8 dot peak
 #             (PEAK), which the table sets each GEMM against.
 #   llama.cpp benches/llamacpp/bench_mul_mat.cpp on ggml's CPU backend
-#             (GGML_NATIVE build, see benches/llamacpp/README.md), modes
-#             plain and repack; the table takes the faster one per case.
+#             (GGML_NATIVE build, or AVX2 with --isa avx2; see
+#             benches/llamacpp/README.md), modes plain and repack; the table
+#             takes the faster one per case.
 #   candle    benches/candle-peer, candle-core's QMatMul, built with
-#             RUSTFLAGS="-C target-cpu=native" in its own target directory
-#             ($CARGO_TARGET_DIR/candle-native), one process per thread count
+#             RUSTFLAGS="-C target-cpu=native" (x86-64-v3 with --isa avx2) in
+#             its own target directory ($CARGO_TARGET_DIR/candle-native or
+#             candle-x86-64-v3), one process per thread count
 #             (RAYON_NUM_THREADS=T sizes its pool). It has no IQ4_NL (n/a);
 #             its Q4K, its best 4-bit format on x86, is timed too.
 # The table goes to stdout; the peers' lines and diagnostics go to stderr.
@@ -51,7 +53,7 @@
 # of the format / t. Ratios above 1 mean kgen is faster.
 #
 # Environment: CARGO_TARGET_DIR (where kgen_peer is built; candle goes to
-# its candle-native subdirectory), and run.sh's LCP_* / JOBS for llama.cpp.
+# its candle-<cpu> subdirectory), and run.sh's LCP_* / JOBS for llama.cpp.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -88,6 +90,9 @@ done
 case "$ISA" in
     native) CANDLE_CPU=native ;;
     avx2)
+        if [ "$(uname -m)" != x86_64 ] || ! grep -qw avx2 /proc/cpuinfo; then
+            echo "peers.sh: --isa avx2 needs an x86_64 CPU with AVX2" >&2; exit 2
+        fi
         CANDLE_CPU=x86-64-v3
         export KGEN_FORCE_ISA=avx2 LCP_ISA=avx2 ;;
     *) echo "peers.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;

@@ -2,7 +2,8 @@
 # Peer benchmark: llama.cpp (ggml CPU backend) mul_mat on Q4_0 / Q8_0 / Q5_0 /
 # IQ4_NL weights, plain and repacked.
 # Fetches the llama.cpp source vendored in the llama-cpp-python sdist (PyPI),
-# builds ggml-base + ggml-cpu only (Release, GGML_NATIVE=ON, no OpenMP),
+# builds ggml-base + ggml-cpu only (Release, GGML_NATIVE=ON or LCP_ISA=avx2's
+# flags below, no OpenMP),
 # compiles bench_mul_mat.cpp against them and runs it. Idempotent: each step is
 # skipped or incremental when its output is already there. Needs cmake
 # (`pip install cmake` if the system has none) and g++.
@@ -25,8 +26,13 @@ LCP_VERSION="${LCP_VERSION:-0.3.36}"
 LCP_DIR="${LCP_DIR:-/tmp/lcp}"
 LCP_ISA="${LCP_ISA:-native}"
 case "$LCP_ISA" in
-    native) NATIVE=ON; MARCH=native; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}" ;;
-    avx2) NATIVE=OFF; MARCH=haswell; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build-avx2}" ;;
+    native) NATIVE=ON; MARCH=native; ISA_FLAGS=(); LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}" ;;
+    avx2)
+        NATIVE=OFF; MARCH=haswell; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build-avx2}"
+        # Named, not left to ggml's defaults: those turn every x86 extension
+        # off when SOURCE_DATE_EPOCH is set or when cross-compiling.
+        ISA_FLAGS=(-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
+            -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF) ;;
     *) echo "run.sh: LCP_ISA must be native or avx2, not $LCP_ISA" >&2; exit 2 ;;
 esac
 JOBS="${JOBS:-2}"
@@ -73,9 +79,14 @@ else
 fi
 # A build directory configured for the other ISA would run the wrong kernels.
 if [ -f "$LCP_BUILD/CMakeCache.txt" ] &&
-    ! grep -qx "GGML_NATIVE:BOOL=$NATIVE" "$LCP_BUILD/CMakeCache.txt"; then
+    ! grep -qx "GGML_NATIVE:[A-Z]*=$NATIVE" "$LCP_BUILD/CMakeCache.txt"; then
     echo "run.sh: $LCP_BUILD was configured with another GGML_NATIVE than LCP_ISA=$LCP_ISA" \
         "needs ($NATIVE); use another LCP_BUILD" >&2
+    exit 2
+fi
+if [ "$LCP_ISA" = avx2 ] && [ -f "$LCP_BUILD/CMakeCache.txt" ] &&
+    ! grep -qx "GGML_AVX2:[A-Z]*=ON" "$LCP_BUILD/CMakeCache.txt"; then
+    echo "run.sh: $LCP_BUILD has no GGML_AVX2; use another LCP_BUILD" >&2
     exit 2
 fi
 if [ ! -f "$LCP_BUILD/CMakeCache.txt" ]; then
@@ -83,7 +94,7 @@ if [ ! -f "$LCP_BUILD/CMakeCache.txt" ]; then
     cmake -S "$WRAP" -B "$LCP_BUILD" \
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF \
-        -DGGML_NATIVE="$NATIVE" \
+        -DGGML_NATIVE="$NATIVE" "${ISA_FLAGS[@]}" \
         -DGGML_CPU=ON \
         -DGGML_CPU_REPACK=ON \
         -DGGML_LLAMAFILE="$LLAMAFILE" \

@@ -49,10 +49,12 @@ fn forced() -> Option<String> {
 #[cfg(target_arch = "x86_64")]
 fn pick() -> Option<Probe> {
     match forced().as_deref() {
+        // A forced ISA the CPU lacks runs no kernel (dispatch refuses it),
+        // so no peak either.
         Some("avxvnni") if std::arch::is_x86_feature_detected!("avxvnni") => {
             return Some(("avxvnni", 32.0, |n| unsafe { x86::ymm(n) }));
         }
-        Some("avx2" | "portable") => return None,
+        Some("avxvnni" | "avx2" | "portable") => return None,
         _ => {}
     }
     if std::arch::is_x86_feature_detected!("avx512vnni") {

@@ -149,9 +149,10 @@ pub fn quantize_with(
     let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
     let sums = fmt.sums;
-    // Every value of rows 0..m is written below, so buffers a caller reuses
-    // are resized without clearing them; only the zero row an odd last row
-    // is paired with is zeroed.
+    // Every value of rows 0..m is written below, so the buffers are resized
+    // without clearing them (the runtime quantizes into fresh ones today; a
+    // caller that reuses them pays no clearing); only the zero row an odd
+    // last row is paired with is zeroed.
     out.q.resize(rows * k_pad, 0);
     out.d.resize(rows * blocks * d_per_row, 0.0);
     out.c.resize(m * blocks * sums, 0);
@@ -192,17 +193,17 @@ pub fn quantize_with(
             }
         };
         // One scale per group: from the largest magnitude of its blocks, or
-        // what a non-finite value makes it. Plain loops: iterator adaptors
-        // here were left as calls outside the runtime's `#[target_feature]`
-        // function, and `amax` with them.
+        // what a non-finite value makes it. No `fold`/`all` closures around
+        // `amax`: those were left as calls outside the runtime's
+        // `#[target_feature]` function, and `amax` with them.
         for (gi, a) in amaxes.iter_mut().enumerate() {
             let mut finite = true;
-            let mut m = 0f32;
+            let mut mx = 0f32;
             for b in gi * group..blocks.min((gi + 1) * group) {
                 finite &= all_finite(block(b));
-                m = m.max(amax(block(b)));
+                mx = mx.max(amax(block(b)));
             }
-            *a = if finite { m } else { f32::NAN };
+            *a = if finite { mx } else { f32::NAN };
         }
         for (s, &a) in scales.iter_mut().zip(&amaxes) {
             *s = block_scale(a);
@@ -341,8 +342,8 @@ pub fn quantize_levels(buf: &[f32; QK], id: f32) -> ([i8; QK], i32) {
 
 /// One 32-block of finite values, Q8_0 arithmetic: scale `d = amax / 127`,
 /// levels `round(v / d)` (half away from zero) clamped to +-127, and their
-/// sum ([`quantize_with`] sends blocks with an infinity or NaN to
-/// [`non_finite_block`] instead).
+/// sum ([`quantize_with`] sends groups with an infinity or NaN to
+/// [`non_finite_scale`] and [`non_finite_levels`] instead).
 pub fn quantize_block(buf: &[f32; QK]) -> (f32, [i8; QK], i32) {
     let (d, id) = block_scale(block_amax(buf));
     let (q, sum) = quantize_levels(buf, id);
@@ -430,6 +431,95 @@ pub fn reference_i8_for<D: AsRef<[u8]>>(
 mod tests {
     use super::*;
     use crate::format::rng::Rng;
+
+    /// `quantize_into` against a plain per-group reference written here:
+    /// each block copied with zeros past K, one scale per group from
+    /// `block_amax`, levels from `quantize_levels`, non-finite groups as
+    /// documented, stored by `store_block` into zeroed buffers. Ragged K, K
+    /// padded past whole blocks, groups of 1 and 8, sums per block and per
+    /// half, both row orders, odd row counts, NaN and inf, and always into
+    /// buffers a larger call of the same format left behind.
+    #[test]
+    fn quantize_into_matches_a_per_group_reference() {
+        for (m, k, k_pad) in [(3, 70, 160), (2, 300, 320), (5, 64, 64), (1, 31, 96)] {
+            let mut x = Rng::new(k as u64).vec_f32(m * k);
+            if m * k > 100 {
+                x[90] = f32::NAN;
+            }
+            if m * k > 200 {
+                x[150] = f32::INFINITY;
+            }
+            for format in [
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ] {
+                for row_pairs in [false, true] {
+                    let fmt = ActFormat {
+                        row_pairs,
+                        ..ActFormat::plain(format)
+                    };
+                    let blocks = k_pad / QK;
+                    let rows = if row_pairs { m.div_ceil(2) * 2 } else { m };
+                    let per_row_d = if row_pairs { 2 } else { 1 };
+                    let mut want = QuantizedActivations {
+                        q: vec![0; rows * k_pad],
+                        d: vec![0.0; rows * blocks * per_row_d],
+                        c: vec![0; m * blocks * fmt.sums],
+                    };
+                    for r in 0..m {
+                        let bufs: Vec<[f32; QK]> = (0..blocks)
+                            .map(|b| {
+                                std::array::from_fn(|i| {
+                                    let j = b * QK + i;
+                                    if j < k {
+                                        x[r * k + j]
+                                    } else {
+                                        0.0
+                                    }
+                                })
+                            })
+                            .collect();
+                        for (gi, g) in bufs.chunks(fmt.group).enumerate() {
+                            let finite = g.iter().all(|b| b.iter().all(|v| v.is_finite()));
+                            let (d, id) = if finite {
+                                block_scale(g.iter().map(block_amax).fold(0f32, f32::max))
+                            } else {
+                                (non_finite_scale(g), 0.0)
+                            };
+                            for (i, buf) in g.iter().enumerate() {
+                                let (q, sum) = if finite {
+                                    quantize_levels(buf, id)
+                                } else {
+                                    non_finite_levels(buf, d)
+                                };
+                                let b = gi * fmt.group + i;
+                                let at = (r, r / 2, r % 2);
+                                store_block(
+                                    &mut want,
+                                    &fmt,
+                                    at,
+                                    (b, blocks, b * QK),
+                                    k_pad,
+                                    (d, &q, sum),
+                                );
+                            }
+                        }
+                    }
+                    let mut got = QuantizedActivations::default();
+                    let big = Rng::new(99).vec_f32(7 * 400);
+                    quantize_into(&big, 7, 400, 416, fmt, &mut got);
+                    quantize_into(&x, m, k, k_pad, fmt, &mut got);
+                    let what = format!("{format:?} m={m} k={k} k_pad={k_pad} pairs={row_pairs}");
+                    assert_eq!(got.q, want.q, "{what}");
+                    assert_eq!(got.c, want.c, "{what}");
+                    let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got.d), bits(&want.d), "{what}");
+                }
+            }
+        }
+    }
 
     /// K-quant activations: one scale per 256 values (the group's largest
     /// magnitude over 127), stored for each of its blocks, the last group
