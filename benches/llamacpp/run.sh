@@ -26,13 +26,16 @@ LCP_VERSION="${LCP_VERSION:-0.3.36}"
 LCP_DIR="${LCP_DIR:-/tmp/lcp}"
 LCP_ISA="${LCP_ISA:-native}"
 case "$LCP_ISA" in
-    native) NATIVE=ON; MARCH=native; ISA_FLAGS=(); LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}" ;;
+    native)
+        NATIVE=ON; MARCH=native; ISA_FLAGS=(); LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build}"
+        CACHE_NEEDS=("GGML_NATIVE:[A-Z]*=ON") ;;
     avx2)
         NATIVE=OFF; MARCH=haswell; LCP_BUILD="${LCP_BUILD:-/tmp/lcp-build-avx2}"
         # Named, not left to ggml's defaults: those turn every x86 extension
         # off when SOURCE_DATE_EPOCH is set or when cross-compiling.
         ISA_FLAGS=(-DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
-            -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF) ;;
+            -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF)
+        CACHE_NEEDS=("GGML_NATIVE:[A-Z]*=OFF" "GGML_AVX2:[A-Z]*=ON") ;;
     *) echo "run.sh: LCP_ISA must be native or avx2, not $LCP_ISA" >&2; exit 2 ;;
 esac
 JOBS="${JOBS:-2}"
@@ -78,17 +81,13 @@ else
     mv "$WRAP/CMakeLists.txt.new" "$WRAP/CMakeLists.txt"
 fi
 # A build directory configured for the other ISA would run the wrong kernels.
-if [ -f "$LCP_BUILD/CMakeCache.txt" ] &&
-    ! grep -qx "GGML_NATIVE:[A-Z]*=$NATIVE" "$LCP_BUILD/CMakeCache.txt"; then
-    echo "run.sh: $LCP_BUILD was configured with another GGML_NATIVE than LCP_ISA=$LCP_ISA" \
-        "needs ($NATIVE); use another LCP_BUILD" >&2
-    exit 2
-fi
-if [ "$LCP_ISA" = avx2 ] && [ -f "$LCP_BUILD/CMakeCache.txt" ] &&
-    ! grep -qx "GGML_AVX2:[A-Z]*=ON" "$LCP_BUILD/CMakeCache.txt"; then
-    echo "run.sh: $LCP_BUILD has no GGML_AVX2; use another LCP_BUILD" >&2
-    exit 2
-fi
+for need in "${CACHE_NEEDS[@]}"; do
+    if [ -f "$LCP_BUILD/CMakeCache.txt" ] && ! grep -qx "$need" "$LCP_BUILD/CMakeCache.txt"; then
+        echo "run.sh: $LCP_BUILD was configured without ${need/:\[A-Z\]\*=/=}, which LCP_ISA=$LCP_ISA" \
+            "needs; use another LCP_BUILD" >&2
+        exit 2
+    fi
+done
 if [ ! -f "$LCP_BUILD/CMakeCache.txt" ]; then
     echo "== configuring ggml in $LCP_BUILD" >&2
     cmake -S "$WRAP" -B "$LCP_BUILD" \

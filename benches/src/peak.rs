@@ -42,6 +42,7 @@ pub fn int8_dot_peak() -> Option<DotPeak> {
 
 /// The ISA `KGEN_FORCE_ISA` names, if any: a bench that forces the
 /// kernels to a narrower ISA sets them against that ISA's dot.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn forced() -> Option<String> {
     std::env::var(kgen_runtime::FORCE_ISA_ENV).ok()
 }
