@@ -23,7 +23,9 @@
 #                 with KGEN_FORCE_ISA=avx2 (no dot peak: AVX2 has no single
 #                 byte dot), llama.cpp built with GGML_NATIVE=OFF (run.sh's
 #                 LCP_ISA=avx2: AVX2/FMA/F16C, no AVX-512), candle with
-#                 target-cpu=x86-64-v3. A proxy for an AVX2-only CPU, not one:
+#                 target-cpu=x86-64-v3 and MISTRALRS_FORCE_AVX2=1 (its
+#                 repacked tiles pick their tier at run time, whatever the
+#                 build's target-cpu; that variable holds them to AVX2). A proxy for an AVX2-only CPU, not one:
 #                 the core's caches, ports and clocks stay this machine's.
 #   --out DIR     keep the raw lines in DIR (default: a fresh temporary dir)
 #
@@ -88,13 +90,13 @@ done
 
 [ "$LARGE" = 1 ] && SHAPES="$SHAPES,11008x4096,4096x11008"
 case "$ISA" in
-    native) CANDLE_CPU=native ;;
+    native) CANDLE_CPU=native; unset MISTRALRS_FORCE_AVX2 MISTRALRS_FORCE_AVXVNNI ;;
     avx2)
         if [ "$(uname -m)" != x86_64 ] || ! grep -qw avx2 /proc/cpuinfo; then
             echo "peers.sh: --isa avx2 needs an x86_64 CPU with AVX2" >&2; exit 2
         fi
         CANDLE_CPU=x86-64-v3
-        export KGEN_FORCE_ISA=avx2 LCP_ISA=avx2 ;;
+        export KGEN_FORCE_ISA=avx2 LCP_ISA=avx2 MISTRALRS_FORCE_AVX2=1 ;;
     *) echo "peers.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;
 esac
 CPUS="$(nproc)"

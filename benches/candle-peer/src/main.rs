@@ -54,15 +54,25 @@ fn dtype(format: &str) -> Option<GgmlDType> {
 }
 
 /// Which kernel candle 0.11.1 runs for `dtype` on this CPU (its dispatch,
-/// restated: candle does not report it).
+/// restated: candle does not report it). Its repacked x86 tiles pick their
+/// tier at run time, whatever target-cpu candle was built for; the
+/// environment variables candle reads (`MISTRALRS_FORCE_AVX2`,
+/// `MISTRALRS_FORCE_AVXVNNI`) move it down, as `peers.sh --isa avx2` does.
 #[cfg(target_arch = "x86_64")]
-fn kernel(dtype: GgmlDType, k: usize, n: usize) -> String {
+fn kernel(dtype: GgmlDType, m: usize, k: usize, n: usize) -> String {
+    let forced = |v: &str| std::env::var(v).as_deref() == Ok("1");
+    let (force_avx2, force_vnni) = (
+        forced("MISTRALRS_FORCE_AVX2"),
+        forced("MISTRALRS_FORCE_AVXVNNI"),
+    );
     let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
-    let vnni = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512f");
-    let avxvnni = is_x86_feature_detected!("avxvnni");
-    let level = if vnni {
+    let level = if !force_avx2
+        && !force_vnni
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("avx512f")
+    {
         "avx512vnni"
-    } else if avxvnni {
+    } else if !force_avx2 && (force_vnni || is_x86_feature_detected!("avxvnni")) {
         "avxvnni"
     } else {
         "avx2"
@@ -70,7 +80,8 @@ fn kernel(dtype: GgmlDType, k: usize, n: usize) -> String {
     let tiles = avx2 && n.is_multiple_of(16) && k.is_multiple_of(256);
     match dtype {
         GgmlDType::Q4K if tiles => format!("repack_x86_q4k_tiles_{level}"),
-        GgmlDType::Q8_0 if tiles && (vnni || avxvnni) => format!("repack_x86_q8_0_tiles_{level}"),
+        GgmlDType::Q6K if tiles && m > 1 => format!("repack_x86_q6k_tiles_{level}"),
+        GgmlDType::Q8_0 if tiles && level != "avx2" => format!("repack_x86_q8_0_tiles_{level}"),
         GgmlDType::Q5_0 => "vec_dot_q5_0_q8_0_scalar".into(),
         GgmlDType::Q4_1
         | GgmlDType::Q5_1
@@ -93,7 +104,7 @@ fn kernel(dtype: GgmlDType, k: usize, n: usize) -> String {
 
 /// Elsewhere candle has other repacked paths (Arm dotprod / i8mm), not restated here.
 #[cfg(not(target_arch = "x86_64"))]
-fn kernel(dtype: GgmlDType, _k: usize, _n: usize) -> String {
+fn kernel(dtype: GgmlDType, _m: usize, _k: usize, _n: usize) -> String {
     format!("candle_{dtype:?}_not_restated")
 }
 
@@ -162,9 +173,9 @@ fn main() {
             if !matches!(qm, QMatMul::QTensor(_)) {
                 fail(format!("{format}: candle dequantized the weights"));
             }
-            let kern = kernel(dt, k, n);
-            eprintln!("# candle {format} {k}x{n}: {bytes} weight bytes, kernel {kern}");
+            eprintln!("# candle {format} {k}x{n}: {bytes} weight bytes");
             for &m in &a.ms {
+                let kern = kernel(dt, m, k, n);
                 let x = peer::random_f32(m * k, 99 + m as u64);
                 let xt = Tensor::from_vec(x.clone(), (m, k), &dev).unwrap();
                 let run = || qm.forward(black_box(&xt)).unwrap();
