@@ -144,6 +144,13 @@ pub unsafe fn subi(a: I, b: I) -> I {
     _mm256_sub_epi32(a, b)
 }
 
+/// a + b per i32 lane: a group's integer sums (formats with one weight
+/// scale per group; kept only in those kernels).
+#[inline(always)]
+pub unsafe fn addi(a: I, b: I) -> I {
+    _mm256_add_epi32(a, b)
+}
+
 #[inline(always)]
 pub unsafe fn cvti(a: I) -> F {
     _mm256_cvtepi32_ps(a)

@@ -124,6 +124,13 @@ pub unsafe fn subi(a: I, b: I) -> I {
     vsubq_s32(a, b)
 }
 
+/// a + b per i32 lane: a group's integer sums (formats with one weight
+/// scale per group; kept only in those kernels).
+#[inline(always)]
+pub unsafe fn addi(a: I, b: I) -> I {
+    vaddq_s32(a, b)
+}
+
 #[inline(always)]
 pub unsafe fn cvti(a: I) -> F {
     vcvtq_f32_s32(a)

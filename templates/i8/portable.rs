@@ -135,6 +135,17 @@ pub unsafe fn subi(a: I, b: I) -> I {
     r
 }
 
+/// a + b per i32 lane: a group's integer sums (formats with one weight
+/// scale per group; kept only in those kernels).
+#[inline(always)]
+pub unsafe fn addi(a: I, b: I) -> I {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] = (a[i] as i32).wrapping_add(b[i] as i32) as u32;
+    }
+    r
+}
+
 #[inline(always)]
 pub unsafe fn cvti(a: I) -> F {
     a.map(|v| v as i32 as f32)

@@ -62,6 +62,7 @@ const fn row(
             mins: false,
             scales_per_block: 1,
             act_group: 1,
+            group_scale: false,
             int_sub_scales: None,
         }),
     }

@@ -65,13 +65,19 @@ pub struct Int8Repack {
     /// The activations then carry a sum per 16 values too (for Q2_K's
     /// mins, and Q3_K's and Q6_K's offsets).
     pub scales_per_block: usize,
-    /// 32-value blocks that share one activation scale: 8 for the K-quants,
+    /// 32-value blocks that share one activation scale: 8 for the K-quants
+    /// and the ternary TQ1_0 / TQ2_0,
     /// whose activations llama.cpp quantizes as Q8_K (one scale per 256
     /// values), so a kernel folds a super-block's integer dots times the
     /// weight scales first and applies the activation scale once (one
     /// multiply per block and output vector fewer, on the pipes the dots
     /// use); 1 (Q8_0's scale per 32) elsewhere.
     pub act_group: usize,
+    /// The weight scale is one per `act_group` blocks (TQ1_0's and TQ2_0's
+    /// `d` per 256 values): `sub_scale` gives it for every sub-block, and
+    /// kernels that can sum a group's integer dots first and convert and
+    /// scale them once, at the group's close.
+    pub group_scale: bool,
     /// Integer sub-scales under f16 super-block scales, for the kernels
     /// that keep them integers ([`IntSubScales`]); `None` where the format
     /// has none.

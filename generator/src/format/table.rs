@@ -191,4 +191,51 @@ mod tests {
         tags.dedup();
         assert_eq!(tags.len(), FORMATS.len());
     }
+
+    /// A row that declares one weight scale per activation group has
+    /// nothing the kernels' group sum would drop: no mins, no per-16
+    /// scales or integer sub-scales, groups that tile its block, and
+    /// `sub_scale` the same for every sub-block of a group (random blocks).
+    #[test]
+    fn group_scale_rows_have_one_scale_per_group() {
+        let mut rng = crate::format::rng::Rng::new(35);
+        let rows: Vec<_> = FORMATS
+            .iter()
+            .filter_map(|f| f.int8.map(|r| (f, r)))
+            .filter(|(_, r)| r.group_scale)
+            .collect();
+        assert_eq!(
+            rows.iter().map(|(f, _)| f.tag).collect::<Vec<_>>(),
+            ["tq1_0", "tq2_0"]
+        );
+        for (f, r) in rows {
+            assert!(
+                r.act_group > 1 && !r.mins && r.scales_per_block == 1,
+                "{}",
+                f.name
+            );
+            assert!(r.int_sub_scales.is_none(), "{}", f.name);
+            let group = crate::format::ggml::QK * r.act_group;
+            assert!(f.block.is_multiple_of(group), "{}", f.name);
+            for _ in 0..64 {
+                let blk: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();
+                for s in 0..f.block / crate::format::ggml::QK {
+                    let first = (r.sub_scale)(&blk, s - s % r.act_group);
+                    let got = (r.sub_scale)(&blk, s);
+                    assert_eq!(
+                        got.0.to_bits(),
+                        first.0.to_bits(),
+                        "{} sub-block {s}",
+                        f.name
+                    );
+                    assert_eq!(
+                        got.1.to_bits(),
+                        first.1.to_bits(),
+                        "{} sub-block {s}",
+                        f.name
+                    );
+                }
+            }
+        }
+    }
 }

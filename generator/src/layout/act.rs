@@ -40,7 +40,7 @@ pub struct ActFormat {
     /// weights with a scale per 16 values (Q2_K, Q3_K, Q6_K).
     pub sums: usize,
     /// Blocks that share one scale (the format table's
-    /// [`Int8Repack::act_group`]: 8 for the K-quants, Q8_K's scale per 256
+    /// [`Int8Repack::act_group`]: 8 for the K-quants and TQ1_0 / TQ2_0, Q8_K's scale per 256
     /// values; 1 for Q8_0's per 32). Every block still stores its scale in
     /// `d`, so a kernel that reads one per block gets the same result; the
     /// groups start at block 0 of each row, the last one may be shorter.

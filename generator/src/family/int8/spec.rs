@@ -42,9 +42,15 @@ impl Serialize for I8Spec {
 
 impl I8Spec {
     /// 32-value blocks that share an activation scale (the format table's
-    /// `act_group`: 8 for the K-quants, else 1).
+    /// `act_group`: 8 for the K-quants and TQ1_0 / TQ2_0, else 1).
     pub fn act_group(&self) -> usize {
         self.format.int8.map_or(1, |r| r.act_group)
+    }
+
+    /// One weight scale per activation scale group (the format table's
+    /// `group_scale`).
+    pub fn group_scale(&self) -> bool {
+        self.format.int8.is_some_and(|r| r.group_scale)
     }
 
     /// The int8 kernel for `format`, or why there is none.

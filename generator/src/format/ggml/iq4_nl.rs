@@ -34,6 +34,7 @@ pub const IQ4_NL: Format = Format {
         mins: false,
         scales_per_block: 1,
         act_group: 1,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

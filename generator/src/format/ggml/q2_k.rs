@@ -42,6 +42,7 @@ pub const Q2_K: Format = Format {
         mins: true,
         scales_per_block: 2,
         act_group: 8,
+        group_scale: false,
         int_sub_scales: Some(IntSubScales {
             byte: |blk, s| blk[s],
             supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],

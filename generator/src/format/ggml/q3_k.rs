@@ -42,6 +42,7 @@ pub const Q3_K: Format = Format {
         mins: false,
         scales_per_block: 2,
         act_group: 8,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

@@ -24,6 +24,7 @@ pub const Q4_0: Format = Format {
         mins: false,
         scales_per_block: 1,
         act_group: 1,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

@@ -32,6 +32,7 @@ pub const Q5_1: Format = Format {
         mins: true,
         scales_per_block: 1,
         act_group: 1,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

@@ -31,6 +31,7 @@ pub const Q5_K: Format = Format {
         mins: true,
         scales_per_block: 1,
         act_group: 8,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

@@ -37,6 +37,7 @@ pub const Q6_K: Format = Format {
         mins: false,
         scales_per_block: 2,
         act_group: 8,
+        group_scale: false,
         int_sub_scales: Some(IntSubScales {
             byte: |blk, s| blk[SC + s],
             supers: |blk| {

@@ -23,6 +23,7 @@ pub const Q8_0: Format = Format {
         mins: false,
         scales_per_block: 1,
         act_group: 1,
+        group_scale: false,
         int_sub_scales: None,
     }),
 };

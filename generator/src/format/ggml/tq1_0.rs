@@ -35,7 +35,8 @@ pub const TQ1_0: Format = Format {
         sub_scale: scale,
         mins: false,
         scales_per_block: 1,
-        act_group: 1,
+        act_group: 8,
+        group_scale: true,
         int_sub_scales: None,
     }),
 };

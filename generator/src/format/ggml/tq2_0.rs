@@ -7,6 +7,9 @@
 //! the offset 1 and the scale `d` per 32 values, so the `- 1` is removed
 //! once per block through the activation sums, as Q4_0's `- 8` is (the
 //! kernels take `d_w d_x (sum(q q_x) - sum(q_x))`, exact integer math).
+//! Activations share a scale per 256 values (llama.cpp's Q8_K), so with
+//! `d` one per 256 values too (`group_scale`) the lane kernels sum a whole
+//! super-block in integers before they convert and scale.
 
 use crate::format::ggml::kquant::{crumb, pack_crumbs, sub_block_crumbs, QK_K};
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
@@ -30,7 +33,8 @@ pub const TQ2_0: Format = Format {
         sub_scale: scale,
         mins: false,
         scales_per_block: 1,
-        act_group: 1,
+        act_group: 8,
+        group_scale: true,
         int_sub_scales: None,
     }),
 };

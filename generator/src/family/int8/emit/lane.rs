@@ -84,6 +84,13 @@ fn jv(r: usize, t: usize) -> proc_macro2::Ident {
     format_ident!("j_{}_{}", r, t)
 }
 
+/// Kernels of `spec` on `isa` sum each activation group's integer dots
+/// and scale the sum once: a format with one weight scale per group, on
+/// the lane ISAs (this emitter's).
+pub(crate) fn group_int(spec: &I8Spec, isa: &I8Isa) -> bool {
+    spec.act_group() > 1 && spec.group_scale() && isa.sve_bits.is_none() && isa.group_bytes == 4
+}
+
 pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     // Loops cover the micro tile's t_sub column groups; strides are the layout's t_u.
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
@@ -280,10 +287,15 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // Formats whose activations share a scale per group of blocks (the
     // K-quants) fold into per-group sums `g` without it.
     let grouped = p.spec.act_group() > 1;
+    // One weight scale per group (TQ1_0, TQ2_0): the blocks' integer dots
+    // sum into the group's i32 `ga`, converted and scaled once at its
+    // close, so a block pays one add per output vector instead of a
+    // conversion and an FMA (and no scale loads).
+    let group_int = group_int(&p.spec, isa);
     let fold_of = |h: usize| {
         let mut fold = TokenStream::new();
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
-        for t in 0..t_sub {
+        for t in (0..t_sub).filter(|_| !group_int) {
             let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
             let (off, moff) = (
                 lit(h * t_u * l + t * l),
@@ -340,6 +352,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     (1 | 2 | 4, _) => dot,
                     _ => quote! { #i },
                 };
+                if group_int {
+                    let ga = gav(r, t);
+                    fold.extend(quote! { #ga = ops::addi(#ga, #sum); });
+                    continue;
+                }
                 // Grouped: the group sum `g`, whose activation scale comes
                 // in at the group's close; else `f`, scaled per block.
                 let (acc, scale) = if grouped {
@@ -394,9 +411,34 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // The scales are read at the close, through the group's first block
     // (`xg`), so no vector register holds them through the group.
     let (mut open, mut close) = (quote! { let xg = xd; }, TokenStream::new());
+    if group_int {
+        // The group's scale, read through its first block (`sg`).
+        open.extend(quote! { let sg = sc; });
+        for t in 0..t_sub {
+            let (s, off) = (format_ident!("s_{}", t), lit(t * l));
+            close.extend(quote! { let #s = ops::scales(sg.add(#off)); });
+        }
+    }
     for r in 0..rows {
         let (dx, row) = (format_ident!("dx_{}", r), lit(r));
         close.extend(quote! { let #dx = ops::splatf(xg.add(#row * ldb)); });
+        if group_int {
+            for t in 0..t_sub {
+                let (ga, s, off) = (gav(r, t), format_ident!("s_{}", t), lit(t * l));
+                open.extend(quote! { let mut #ga = ops::zero_i(); });
+                close.extend(quote! {
+                    ops::storef(
+                        y.add(#row * ldy + #off),
+                        ops::fmaf(
+                            ops::cvti(#ga),
+                            ops::mulf(#s, #dx),
+                            ops::loadf(y.add(#row * ldy + #off)),
+                        ),
+                    );
+                });
+            }
+            continue;
+        }
         for t in 0..t_sub {
             let (g, off) = (gv(r, t), lit(t * l));
             open.extend(quote! { let mut #g = ops::zero_f(); });
@@ -619,6 +661,11 @@ fn sav(r: usize, t: usize) -> proc_macro2::Ident {
 
 fn smv(r: usize, t: usize) -> proc_macro2::Ident {
     format_ident!("sm_{}_{}", r, t)
+}
+
+/// `ga_{r}_{t}`: the integer sum of a group of blocks with one weight scale.
+fn gav(r: usize, t: usize) -> proc_macro2::Ident {
+    format_ident!("ga_{}_{}", r, t)
 }
 
 fn gv(r: usize, t: usize) -> proc_macro2::Ident {
@@ -996,6 +1043,47 @@ mod tests {
         for tag in ["q4_0", "q4_k", "q2_k", "q8_0", "iq4_nl"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!scratch_levels(&spec, &AVX2), "{tag}");
+        }
+    }
+
+    /// TQ1_0 and TQ2_0 (one `d` per 256 values) sum a group's integer
+    /// dots on every lane ISA: per block, row and column group one `addi`
+    /// and no conversion, FMA or scale load; per group one f16 scale load
+    /// per column group, read through the group's first block, and one
+    /// conversion and FMA per row and column group. The formats with a
+    /// scale per block keep theirs per block.
+    #[test]
+    fn one_scale_per_group_sums_the_groups_integer_dots() {
+        use crate::family::int8::isa::{I8MM, PORTABLE, SVE256};
+        for tag in ["tq2_0", "tq1_0"] {
+            for isa in [&AVX512VNNI, &AVXVNNI, &AVX2, &DOTPROD, &PORTABLE] {
+                for (op, t_sub, rows) in [(Op::Gemv, 2, 1), (Op::Gemm { m: 32 }, 1, 3)] {
+                    let spec = I8Spec::from_tag(op, tag).expect("format");
+                    assert!(group_int(&spec, isa), "{tag} {}", isa.name);
+                    let p = on_tile(isa, spec, 2, t_sub, rows);
+                    let k = micro_kernel(&p, isa, rows).to_string();
+                    let n = |pat: &str| k.matches(pat).count();
+                    let what = format!("{tag} {} rows {rows}", isa.name);
+                    let body = &k[k.find("for _ in 0 .. run").expect("a block loop")..];
+                    let body = &body[..body.find("let s_0 = ops :: scales (sg").expect("a close")];
+                    assert_eq!(body.matches("ops :: addi").count(), rows * t_sub, "{what}");
+                    for absent in ["cvti", "fmaf", "scales", "mulf"] {
+                        assert!(!body.contains(absent), "{what}: {absent} in the block loop");
+                    }
+                    assert_eq!(n("ops :: scales (sg"), t_sub, "{what}");
+                    assert_eq!(n("ops :: cvti"), rows * t_sub, "{what}");
+                    assert_eq!(n("ops :: fmaf"), rows * t_sub, "{what}");
+                }
+            }
+            for isa in [&I8MM, &SVE256] {
+                let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
+                assert!(!group_int(&spec, isa), "{tag} {}", isa.name);
+            }
+        }
+        for tag in ["q4_k", "q4_0", "q6_k", "k2_bb"] {
+            let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
+            assert!(!group_int(&spec, &AVX2), "{tag}");
+            assert!(!emitted(&AVX2, tag, 2, 1).contains("ops :: addi"), "{tag}");
         }
     }
 

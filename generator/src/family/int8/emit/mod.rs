@@ -41,6 +41,9 @@ const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
 /// The nibble form's on ISAs that pack a block's halves
 /// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
+/// What the lane kernels of a format with one weight scale per group
+/// (`group_scale`) use to sum the group's integer dots.
+const GROUP_INT_ITEMS: &[&str] = &["addi"];
 const INT_PACKED_ITEMS: &[&str] = &["park", "sub_pair", "sub_mins", "addi", "unpark"];
 const INT_SIGNED_ITEMS: &[&str] = &[
     "SUB_CTL_S",
@@ -299,7 +302,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         items.retain(|it| item_name(it).is_none_or(|n| n != "prefetch"));
     }
     let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
-    let keep: Vec<&str> = match form {
+    let mut keep: Vec<&str> = match form {
         None => vec![],
         Some(f) if f.signed => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
         Some(_) if isa.int_halves_packed => [INT_SCALE_ITEMS, INT_PACKED_ITEMS].concat(),
@@ -307,6 +310,10 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     };
     if form.is_some() {
         require(&items, &keep, spec, isa)?;
+    }
+    if crate::family::int8::emit::lane::group_int(spec, isa) {
+        require(&items, GROUP_INT_ITEMS, spec, isa)?;
+        keep.extend(GROUP_INT_ITEMS);
     }
     let all = [
         INT_SCALE_ITEMS,
