@@ -140,8 +140,6 @@ fn non_finite_activations_propagate() {
     }
 }
 
-/// Quantized weights: the kernels' result is close to `x W` with the
-/// dequantized weights (activation rounding only).
 /// Q2_K's half dots at their extremes: the all-0xFF row (levels 3, scale
 /// and min levels 15) against activations of full magnitude and opposite
 /// sign in the two halves of each block, both ways round, over several
@@ -170,6 +168,39 @@ fn q2_k_half_dots_at_their_extremes() {
     }
 }
 
+/// The ternary formats' group sums at their extremes: raw blocks whose
+/// second column is all 0xFF bytes (TQ2_0: every level 3) against
+/// activations all of full magnitude and one sign, over several
+/// super-blocks, on every ISA this CPU runs. The AVX2 kernels keep four
+/// blocks of i16 pair sums before they widen them (at most 24384 here);
+/// eight would wrap, and this is where it would show.
+#[test]
+fn ternary_group_sums_at_their_extremes() {
+    let reg = Registry::builtin();
+    for t in [GgmlType::TQ2_0, GgmlType::TQ1_0] {
+        if !common::i8_format_built(t.tag()) {
+            continue;
+        }
+        let (k, n) = (4 * 256, 40);
+        let w = raw_blocks(t, k, n, 10);
+        for isa in isas(reg, t) {
+            let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
+            for m in [1, 4, 33] {
+                for sign in [1.0f32, -1.0] {
+                    let x = vec![sign; m * k];
+                    let mut y = vec![f32::NAN; m * n];
+                    qm.gemm(&x, m, &mut y).unwrap();
+                    let what = format!("{t} extremes {isa} rows {m} sign {sign}");
+                    common::check_kernels(&qm, &w, &x, k, m, &y);
+                    assert!(y.iter().all(|v| v.is_finite()), "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// Quantized weights: the kernels' result is close to `x W` with the
+/// dequantized weights (activation rounding only).
 #[test]
 fn close_to_the_dequantized_product() {
     for t in formats() {

@@ -115,6 +115,9 @@ pub struct I8Isa {
     /// and column group, on the pipes the dots use (Zen 5). The 2-bit
     /// nibble form only (Q2_K): its half dots stay within 16 * 3 * 127.
     pub int_halves_packed: bool,
+    /// The block accumulator (`pair_acc`) sums i16 pairs (maddubs) that
+    /// `block_sum` widens; elsewhere the dots accumulate i32 lanes.
+    pub pair_sums_i16: bool,
     /// SVE vector length the kernels are written for (`None`: not SVE).
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
@@ -142,6 +145,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     fence_class: Some("zmm_reg"),
     fence_pointers: true,
     signed_dot_abs: true,
+    pair_sums_i16: false,
     unsigned_dot: true,
 };
 
@@ -166,6 +170,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: false,
     unsigned_dot: true,
 };
 
@@ -190,6 +195,7 @@ pub const AVX2: I8Isa = I8Isa {
     fence_class: Some("ymm_reg"),
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: true,
     unsigned_dot: false,
 };
 
@@ -214,6 +220,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: false,
     unsigned_dot: false,
 };
 
@@ -238,6 +245,7 @@ pub const I8MM: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: false,
     unsigned_dot: false,
 };
 
@@ -262,6 +270,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: false,
     unsigned_dot: false,
 };
 
@@ -288,6 +297,7 @@ pub const SVE256: I8Isa = I8Isa {
     fence_class: None,
     fence_pointers: false,
     signed_dot_abs: false,
+    pair_sums_i16: false,
     unsigned_dot: false,
 };
 

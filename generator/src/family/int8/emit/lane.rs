@@ -294,6 +294,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let group_int = group_int(&p.spec, isa);
     let fold_of = |h: usize| {
         let mut fold = TokenStream::new();
+        if group_int {
+            return group_fold(p, isa, rows);
+        }
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
         for t in (0..t_sub).filter(|_| !group_int) {
             let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
@@ -352,11 +355,6 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     (1 | 2 | 4, _) => dot,
                     _ => quote! { #i },
                 };
-                if group_int {
-                    let ga = gav(r, t);
-                    fold.extend(quote! { #ga = ops::addi(#ga, #sum); });
-                    continue;
-                }
                 // Grouped: the group sum `g`, whose activation scale comes
                 // in at the group's close; else `f`, scaled per block.
                 let (acc, scale) = if grouped {
@@ -379,6 +377,13 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         // `dot2_sc` sums into `sa`: no per-part accumulators.
         zero = TokenStream::new();
     }
+    // i16 block accumulators run over several blocks of a group: they
+    // open with the group and `group_fold` zeroes them as it widens them.
+    let group_zero = if group_int && isa.pair_sums_i16 {
+        std::mem::take(&mut zero)
+    } else {
+        TokenStream::new()
+    };
     let mut body = TokenStream::new();
     let packed = packed_halves(&p.spec, isa);
     assert!(
@@ -412,8 +417,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // (`xg`), so no vector register holds them through the group.
     let (mut open, mut close) = (quote! { let xg = xd; }, TokenStream::new());
     if group_int {
-        // The group's scale, read through its first block (`sg`).
-        open.extend(quote! { let sg = sc; });
+        // The group's scale, read through its first block (`sg`), and its
+        // blocks' activation sums (`xcg`), whose total is the offset term.
+        open.extend(quote! { let sg = sc; let xcg = xc; });
+        open.extend(group_zero);
         for t in 0..t_sub {
             let (s, off) = (format_ident!("s_{}", t), lit(t * l));
             close.extend(quote! { let #s = ops::scales(sg.add(#off)); });
@@ -423,14 +430,26 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         let (dx, row) = (format_ident!("dx_{}", r), lit(r));
         close.extend(quote! { let #dx = ops::splatf(xg.add(#row * ldb)); });
         if group_int {
+            let cs = format_ident!("cs_{}", r);
+            if isa.removes_offset(&p.spec) {
+                close.extend(quote! {
+                    let #cs: i32 = (0..run).map(|j| *xcg.add(#row * ldb + j)).sum();
+                    let #cs = ops::splati(&#cs);
+                });
+            }
             for t in 0..t_sub {
                 let (ga, s, off) = (gav(r, t), format_ident!("s_{}", t), lit(t * l));
                 open.extend(quote! { let mut #ga = ops::zero_i(); });
+                let sum = if isa.removes_offset(&p.spec) {
+                    quote! { ops::subi(#ga, #cs) }
+                } else {
+                    quote! { #ga }
+                };
                 close.extend(quote! {
                     ops::storef(
                         y.add(#row * ldy + #off),
                         ops::fmaf(
-                            ops::cvti(#ga),
+                            ops::cvti(#sum),
                             ops::mulf(#s, #dx),
                             ops::loadf(y.add(#row * ldy + #off)),
                         ),
@@ -454,6 +473,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         blocks: p.spec.act_group(),
         open,
         close,
+        counted: group_int && isa.pair_sums_i16,
     };
     micro_fn(
         p,
@@ -642,6 +662,7 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
         blocks: p.spec.act_group(),
         open,
         close,
+        counted: false,
     };
     micro_fn(
         p,
@@ -661,6 +682,45 @@ fn sav(r: usize, t: usize) -> proc_macro2::Ident {
 
 fn smv(r: usize, t: usize) -> proc_macro2::Ident {
     format_ident!("sm_{}_{}", r, t)
+}
+
+/// Blocks of 2-bit levels (at most 3) an i16 pair accumulator holds: each
+/// block adds 8 maddubs pair sums of at most 2 * 3 * 127, so 4 blocks stay
+/// within 4 * 8 * 762 = 24384 < 2^15 (5 would not divide the group of 8).
+const I16_BLOCKS: usize = 4;
+
+/// The per-block fold of a format with one weight scale per group
+/// ([`group_int`]): each block's dots go into the group's i32 sums `ga`;
+/// on an ISA whose block accumulators are i16 pairs they run over
+/// [`I16_BLOCKS`] blocks first and are widened and zeroed after every
+/// `I16_BLOCKS`-th block of the group and after its last. The offset term
+/// comes off once, at the close.
+fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
+    let mut add = TokenStream::new();
+    for r in 0..rows {
+        for t in 0..p.tile.t_sub {
+            let (ga, i) = (gav(r, t), format_ident!("i_{}_{}", r, t));
+            add.extend(quote! { #ga = ops::addi(#ga, ops::block_sum(#i)); });
+            if isa.pair_sums_i16 {
+                add.extend(quote! { #i = ops::zero_i(); });
+            }
+        }
+    }
+    if !isa.pair_sums_i16 {
+        return add;
+    }
+    assert_eq!(
+        p.spec.bits(),
+        2,
+        "i16 sums over several blocks: 2-bit levels only"
+    );
+    let last = lit(I16_BLOCKS - 1);
+    let every = lit(I16_BLOCKS);
+    quote! {
+        if blk % #every == #last || blk + 1 == run {
+            #add
+        }
+    }
 }
 
 /// `ga_{r}_{t}`: the integer sum of a group of blocks with one weight scale.
@@ -1048,10 +1108,14 @@ mod tests {
 
     /// TQ1_0 and TQ2_0 (one `d` per 256 values) sum a group's integer
     /// dots on every lane ISA: per block, row and column group one `addi`
-    /// and no conversion, FMA or scale load; per group one f16 scale load
-    /// per column group, read through the group's first block, and one
-    /// conversion and FMA per row and column group. The formats with a
-    /// scale per block keep theirs per block.
+    /// and no conversion, FMA, scale load or offset term; per group one f16
+    /// scale load per column group, read through the group's first block,
+    /// one sum of the activation sums per row, and one offset subtraction,
+    /// conversion and FMA per row and column group. On AVX2, whose block
+    /// accumulators are i16 pairs, the widening runs after every fourth
+    /// block and the group's last, and zeroes them; elsewhere every block
+    /// zeroes its own. The formats with a scale per block keep theirs per
+    /// block.
     #[test]
     fn one_scale_per_group_sums_the_groups_integer_dots() {
         use crate::family::int8::isa::{I8MM, PORTABLE, SVE256};
@@ -1064,15 +1128,33 @@ mod tests {
                     let k = micro_kernel(&p, isa, rows).to_string();
                     let n = |pat: &str| k.matches(pat).count();
                     let what = format!("{tag} {} rows {rows}", isa.name);
-                    let body = &k[k.find("for _ in 0 .. run").expect("a block loop")..];
+                    let i16 = isa.pair_sums_i16;
+                    let head = if i16 {
+                        "for blk in 0 .. run"
+                    } else {
+                        "for _ in 0 .. run"
+                    };
+                    let body = &k[k.find(head).expect("a block loop")..];
                     let body = &body[..body.find("let s_0 = ops :: scales (sg").expect("a close")];
                     assert_eq!(body.matches("ops :: addi").count(), rows * t_sub, "{what}");
-                    for absent in ["cvti", "fmaf", "scales", "mulf"] {
+                    for absent in ["cvti", "fmaf", "scales", "mulf", "subi", "splati"] {
                         assert!(!body.contains(absent), "{what}: {absent} in the block loop");
+                    }
+                    let widen = "if blk % 4 == 3 || blk + 1 == run {";
+                    assert_eq!(body.matches(widen).count(), usize::from(i16), "{what}");
+                    // i16 accumulators zeroed at the group's open and at each
+                    // widening; i32 ones at each block's start.
+                    let zeroes = body.matches("= ops :: zero_i ()").count();
+                    assert_eq!(zeroes, rows * t_sub, "{what}");
+                    if i16 {
+                        let w = &body[body.find(widen).expect("a widening")..];
+                        assert_eq!(w.matches("= ops :: zero_i ()").count(), rows * t_sub);
                     }
                     assert_eq!(n("ops :: scales (sg"), t_sub, "{what}");
                     assert_eq!(n("ops :: cvti"), rows * t_sub, "{what}");
                     assert_eq!(n("ops :: fmaf"), rows * t_sub, "{what}");
+                    assert_eq!(n("ops :: subi"), rows * t_sub, "{what}");
+                    assert_eq!(n(". sum ()"), rows, "{what}");
                 }
             }
             for isa in [&I8MM, &SVE256] {

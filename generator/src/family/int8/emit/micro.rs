@@ -141,6 +141,8 @@ pub(crate) struct GroupFold {
     pub blocks: usize,
     pub open: TokenStream,
     pub close: TokenStream,
+    /// The body reads the block's index within its group as `blk`.
+    pub counted: bool,
 }
 
 /// The micro kernel `micro_r{rows}`: `init` before the loop over 32-value
@@ -182,9 +184,9 @@ pub(crate) fn micro_fn(
         (TokenStream::new(), TokenStream::new())
     };
     let prefetch = prefetch_lines(p, isa, block_bytes);
-    let block_loop = |run: TokenStream| {
+    let block_loop = |run: TokenStream, index: TokenStream| {
         quote! {
-            for _ in 0..#run {
+            for #index in 0..#run {
                 #prefetch
                 #body
                 w = w.add(#wstep);
@@ -197,13 +199,19 @@ pub(crate) fn micro_fn(
         }
     };
     let blocks_loop = match group {
-        None => block_loop(quote! { blocks }),
+        None => block_loop(quote! { blocks }, quote! { _ }),
         Some(GroupFold {
             blocks: g,
             open,
             close,
+            counted,
         }) => {
-            let (g, block_loop) = (lit(g), block_loop(quote! { run }));
+            let index = if counted {
+                quote! { blk }
+            } else {
+                quote! { _ }
+            };
+            let (g, block_loop) = (lit(g), block_loop(quote! { run }, index));
             quote! {
                 let mut left = blocks;
                 while left > 0 {
