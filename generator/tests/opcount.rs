@@ -245,6 +245,46 @@ fn counts_a_hand_written_x86_module() {
     assert!(!k.calls.contains_key("splatw"), "hoisted before the loop");
 }
 
+/// A branch the block loop takes once every `N` blocks (`blk % N`, the
+/// AVX2 ternary kernels' widening) counts `1 / N` per iteration: the
+/// counter walks `N` iterations at once and the branch once. With a fixed
+/// K per iteration the counts come back per iteration; with an advancing
+/// pointer K spans the `N` iterations.
+#[test]
+fn a_branch_taken_once_every_few_blocks_counts_its_share() {
+    let site = |k| Site {
+        module: "q",
+        micro: "micro_r1",
+        k,
+        rows: 1,
+        cols: 8,
+    };
+    let count = |text: &str, k| count_kernel(&opcount::parse(text).unwrap(), &site(k)).unwrap();
+    let base = count(X86, KPerIter::Advance("x"));
+    // The block loop with one more store of an FMA behind `cond`.
+    let with_branch = |cond: &str| {
+        let store = "ops::store(y, ops::fma(a, s, ops::zero()));";
+        X86.replace("for _ in 0..units / 4 {", "for blk in 0..units / 4 {")
+            .replace(store, &format!("{store} if {cond} {{ {store} }}"))
+    };
+    let periodic = with_branch("blk % 4 == 3 || blk + 1 == units / 4");
+    let k = count(&periodic, KPerIter::Advance("x"));
+    // 4 iterations, the branch's fma, zero and store once among them.
+    assert_eq!(k.k_per_iter, 4 * base.k_per_iter);
+    assert_eq!(k.per_iter.ops, 4 * base.per_iter.ops + 2);
+    assert_eq!(k.per_iter.stores, 4 * base.per_iter.stores + 1);
+    let note = |k: &kgen::opcount::KernelOps, what: &str| k.notes.iter().any(|n| n.contains(what));
+    assert!(note(&k, "counted over 4 iterations"), "{:?}", k.notes);
+    let fixed = count(&periodic, KPerIter::Fixed(32));
+    assert_eq!(fixed.k_per_iter, 32);
+    // (4 * ops + 2) / 4, rounded.
+    assert_eq!(fixed.per_iter.ops, (4 * base.per_iter.ops + 2 + 2) / 4);
+    // Any other branch counts as always taken, with a note.
+    let k = count(&with_branch("units > 8"), KPerIter::Advance("x"));
+    assert_eq!(k.per_iter.ops, base.per_iter.ops + 2);
+    assert!(note(&k, "always taken"), "{:?}", k.notes);
+}
+
 #[test]
 fn asm_and_other_calls_written_in_the_loop_itself_are_seen() {
     let base = count_kernel(

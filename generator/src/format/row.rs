@@ -75,7 +75,7 @@ pub struct Int8Repack {
     pub act_group: usize,
     /// The weight scale is one per `act_group` blocks (TQ1_0's and TQ2_0's
     /// `d` per 256 values): `sub_scale` gives it for every sub-block, and
-    /// kernels that can sum a group's integer dots first and convert and
+    /// the kernels that can sum a group's integer dots first convert and
     /// scale them once, at the group's close.
     pub group_scale: bool,
     /// Integer sub-scales under f16 super-block scales, for the kernels

@@ -116,7 +116,67 @@ pub(crate) fn is_path(e: &Expr, name: &str) -> bool {
     matches!(e, Expr::Path(p) if p.path.is_ident(name))
 }
 
+/// The period `N` of a branch the block loop takes once every `N` blocks:
+/// a condition that tests `blk % N` (the AVX2 ternary kernels widen their
+/// i16 sums after every fourth block of a group and after its last,
+/// `blk % 4 == 3 || blk + 1 == run`, twice in a group of 8).
+pub(crate) fn branch_period(cond: &Expr) -> Option<u64> {
+    struct P(Option<u64>);
+    impl<'ast> Visit<'ast> for P {
+        fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
+            if matches!(b.op, syn::BinOp::Rem(_)) && is_path(&b.left, "blk") {
+                self.0 = self.0.or(literal_usize(&b.right).filter(|&n| n > 0));
+            }
+            visit::visit_expr_binary(self, b);
+        }
+    }
+    let mut p = P(None);
+    p.visit_expr(cond);
+    p.0
+}
+
+/// The least common multiple of the periods of the block loop's periodic
+/// branches (1 without any): the counter walks that many iterations at
+/// once, so a branch taken once per `N` counts `1 / N` of the time in
+/// whole numbers.
+fn loop_span(body: &Block) -> u64 {
+    struct S(u64);
+    impl<'ast> Visit<'ast> for S {
+        fn visit_expr_if(&mut self, i: &'ast syn::ExprIf) {
+            if let Some(n) = branch_period(&i.cond) {
+                let gcd = |mut a: u64, mut b: u64| {
+                    while b != 0 {
+                        (a, b) = (b, a % b);
+                    }
+                    a
+                };
+                self.0 = self.0 / gcd(self.0, n) * n;
+            }
+            visit::visit_expr_if(self, i);
+        }
+    }
+    let mut s = S(1);
+    s.visit_block(body);
+    s.0
+}
+
 impl<'ast> Visit<'ast> for LoopWalker<'_> {
+    fn visit_expr_if(&mut self, i: &'ast syn::ExprIf) {
+        match branch_period(&i.cond) {
+            Some(n) if self.mult.is_multiple_of(n) && i.else_branch.is_none() => {
+                let saved = self.mult;
+                self.mult /= n;
+                self.visit_block(&i.then_branch);
+                self.mult = saved;
+            }
+            _ => {
+                self.notes
+                    .insert("a branch in the block loop is counted as always taken".into());
+                visit::visit_expr_if(self, i);
+            }
+        }
+    }
+
     fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
         match ops_call(&c.func) {
             Some(name) => *self.calls.entry(name).or_default() += self.mult,
@@ -269,14 +329,21 @@ pub fn count_micro(
         unclassified: BTreeSet::new(),
         notes: BTreeSet::new(),
     };
+    let mut span = 1;
     let advance = match find_block_loop(&micro.block) {
         Some(lp) => {
+            span = loop_span(&lp.body);
+            if span > 1 {
+                out.notes.insert(format!(
+                    "counted over {span} iterations: a branch runs once every {span} blocks"
+                ));
+            }
             let mut w = LoopWalker {
                 act_ptr: match site.k {
                     KPerIter::Advance(p) => p,
                     KPerIter::Fixed(_) => "",
                 },
-                mult: 1,
+                mult: span,
                 calls: BTreeMap::new(),
                 asm: Counts::default(),
                 advance: 0,
@@ -295,7 +362,7 @@ pub fn count_micro(
             }
             out.per_iter += w.asm;
             out.calls = w.calls;
-            out.notes = w.notes;
+            out.notes.extend(w.notes);
             w.advance
         }
         // A kernel written as one asm! block keeps its loop in the template.
@@ -315,7 +382,11 @@ pub fn count_micro(
         }
     };
     out.k_per_iter = match site.k {
-        KPerIter::Fixed(k) => k,
+        // A fixed K per iteration: the counts of the span, per iteration.
+        KPerIter::Fixed(k) => {
+            out.per_iter = out.per_iter.per(span);
+            k
+        }
         KPerIter::Advance(p) if advance == 0 => {
             return err(format!(
                 "`{}` never advances `{p}` by a literal in its block loop",

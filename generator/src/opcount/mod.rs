@@ -134,6 +134,23 @@ impl AddAssign for Counts {
     }
 }
 
+impl Counts {
+    /// The counts of `n` iterations as per one, each rounded to the
+    /// nearest whole instruction.
+    pub fn per(self, n: u64) -> Counts {
+        let d = |x: u64| (x + n / 2) / n;
+        Counts {
+            ops: d(self.ops),
+            loads: d(self.loads),
+            bcast: d(self.bcast),
+            stores: d(self.stores),
+            mac: d(self.mac),
+            dot: d(self.dot),
+            fmul: d(self.fmul),
+        }
+    }
+}
+
 impl Mul<u64> for Counts {
     type Output = Counts;
     fn mul(self, k: u64) -> Counts {

@@ -293,12 +293,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // conversion and an FMA (and no scale loads).
     let group_int = group_int(&p.spec, isa);
     let fold_of = |h: usize| {
-        let mut fold = TokenStream::new();
         if group_int {
             return group_fold(p, isa, rows);
         }
+        let mut fold = TokenStream::new();
         let (mins, signed) = (p.spec.mins(), isa.signed_levels(&p.spec));
-        for t in (0..t_sub).filter(|_| !group_int) {
+        for t in 0..t_sub {
             let (s, mn) = (format_ident!("s_{}", t), format_ident!("mn_{}", t));
             let (off, moff) = (
                 lit(h * t_u * l + t * l),
@@ -686,7 +686,8 @@ fn smv(r: usize, t: usize) -> proc_macro2::Ident {
 
 /// Blocks of 2-bit levels (at most 3) an i16 pair accumulator holds: each
 /// block adds 8 maddubs pair sums of at most 2 * 3 * 127, so 4 blocks stay
-/// within 4 * 8 * 762 = 24384 < 2^15 (5 would not divide the group of 8).
+/// within 4 * 8 * 762 = 24384 < 2^15 (5 would too, at 30480, and widen as
+/// often in a group of 8; 8 would wrap).
 const I16_BLOCKS: usize = 4;
 
 /// The per-block fold of a format with one weight scale per group
@@ -709,10 +710,11 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     if !isa.pair_sums_i16 {
         return add;
     }
-    assert_eq!(
-        p.spec.bits(),
-        2,
-        "i16 sums over several blocks: 2-bit levels only"
+    // The bound above holds for plain 2-bit levels; a grid's table could
+    // hold larger ones.
+    assert!(
+        p.spec.bits() == 2 && !p.spec.grid(),
+        "i16 sums over several blocks: plain 2-bit levels only"
     );
     let last = lit(I16_BLOCKS - 1);
     let every = lit(I16_BLOCKS);

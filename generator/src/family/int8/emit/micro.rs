@@ -133,7 +133,8 @@ pub(crate) fn plane_pointer(p: &MicroSpec, isa: &I8Isa) -> bool {
 
 /// A micro kernel that folds each activation scale group (the K-quants'
 /// 256 values) before it scales it: per group, `open` (the group's
-/// activation scales, zeroed f32 sums), the group's blocks, then `close`
+/// zeroed sums: f32, or i32 where the group shares one weight scale too),
+/// the group's blocks, then `close`
 /// (the sums times the scales, added to `y`). Each block's fold is then one
 /// FMA per output vector where a per-block activation scale takes a
 /// multiply and an FMA, both on the pipes the dots use.

@@ -39,11 +39,11 @@ const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bi
 /// forms, then the nibble form's and the signed form's own.
 const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
-/// The nibble form's on ISAs that pack a block's halves
-/// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
 /// What the lane kernels of a format with one weight scale per group
 /// (`group_scale`) use to sum the group's integer dots.
 const GROUP_INT_ITEMS: &[&str] = &["addi"];
+/// The nibble form's on ISAs that pack a block's halves
+/// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
 const INT_PACKED_ITEMS: &[&str] = &["park", "sub_pair", "sub_mins", "addi", "unpark"];
 const INT_SIGNED_ITEMS: &[&str] = &[
     "SUB_CTL_S",
