@@ -25,8 +25,9 @@
 #                 LCP_ISA=avx2: AVX2/FMA/F16C, no AVX-512), candle with
 #                 target-cpu=x86-64-v3 and MISTRALRS_FORCE_AVX2=1 (its
 #                 repacked tiles pick their tier at run time, whatever the
-#                 build's target-cpu; that variable holds them to AVX2). A proxy for an AVX2-only CPU, not one:
-#                 the core's caches, ports and clocks stay this machine's.
+#                 build's target-cpu; that variable holds them to AVX2).
+#                 A proxy for an AVX2-only CPU, not one: the core's caches,
+#                 ports and clocks stay this machine's.
 #   --out DIR     keep the raw lines in DIR (default: a fresh temporary dir)
 #
 # Each peer runs in its own process, one after another, never two at once:

@@ -81,7 +81,8 @@ def main(path):
                   f"load average {r.get('load1', '?')} at the start")
             if isa == "avx2":
                 print("every peer on its AVX2 code (peers.sh --isa avx2): kgen with "
-                      "KGEN_FORCE_ISA=avx2, llama.cpp built without AVX-512, candle for x86-64-v3")
+                      "KGEN_FORCE_ISA=avx2, llama.cpp built without AVX-512, candle for x86-64-v3 "
+                      "with MISTRALRS_FORCE_AVX2=1")
     peak = next((r for r in rows if r["tag"] == "PEAK"), None)
     peak_gops = num(peak, "gops")
     if peak_gops is not None:

@@ -120,7 +120,7 @@ pub(crate) fn is_path(e: &Expr, name: &str) -> bool {
 /// a condition that tests `blk % N` (the AVX2 ternary kernels widen their
 /// i16 sums after every fourth block of a group and after its last,
 /// `blk % 4 == 3 || blk + 1 == run`, twice in a group of 8).
-pub(crate) fn branch_period(cond: &Expr) -> Option<u64> {
+fn branch_period(cond: &Expr) -> Option<u64> {
     struct P(Option<u64>);
     impl<'ast> Visit<'ast> for P {
         fn visit_expr_binary(&mut self, b: &'ast syn::ExprBinary) {
@@ -144,13 +144,7 @@ fn loop_span(body: &Block) -> u64 {
     impl<'ast> Visit<'ast> for S {
         fn visit_expr_if(&mut self, i: &'ast syn::ExprIf) {
             if let Some(n) = branch_period(&i.cond) {
-                let gcd = |mut a: u64, mut b: u64| {
-                    while b != 0 {
-                        (a, b) = (b, a % b);
-                    }
-                    a
-                };
-                self.0 = self.0 / gcd(self.0, n) * n;
+                self.0 = crate::layout::align::lcm(self.0 as usize, n as usize) as u64;
             }
             visit::visit_expr_if(self, i);
         }

@@ -88,7 +88,7 @@ fn jv(r: usize, t: usize) -> proc_macro2::Ident {
 /// and scale the sum once: a format with one weight scale per group, on
 /// the lane ISAs (this emitter's).
 pub(crate) fn group_int(spec: &I8Spec, isa: &I8Isa) -> bool {
-    spec.act_group() > 1 && spec.group_scale() && isa.sve_bits.is_none() && isa.group_bytes == 4
+    spec.act_group() > 1 && spec.group_scale() && crate::family::int8::emit::micro::lane_isa(isa)
 }
 
 pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
@@ -426,45 +426,39 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             close.extend(quote! { let #s = ops::scales(sg.add(#off)); });
         }
     }
+    let offset = group_int && isa.removes_offset(&p.spec);
     for r in 0..rows {
-        let (dx, row) = (format_ident!("dx_{}", r), lit(r));
+        let (dx, cs, row) = (format_ident!("dx_{}", r), format_ident!("cs_{}", r), lit(r));
         close.extend(quote! { let #dx = ops::splatf(xg.add(#row * ldb)); });
-        if group_int {
-            let cs = format_ident!("cs_{}", r);
-            if isa.removes_offset(&p.spec) {
-                close.extend(quote! {
-                    let #cs: i32 = (0..run).map(|j| *xcg.add(#row * ldb + j)).sum();
-                    let #cs = ops::splati(&#cs);
-                });
-            }
-            for t in 0..t_sub {
-                let (ga, s, off) = (gav(r, t), format_ident!("s_{}", t), lit(t * l));
+        if offset {
+            close.extend(quote! {
+                let #cs: i32 = (0..run).map(|j| *xcg.add(#row * ldb + j)).sum();
+                let #cs = ops::splati(&#cs);
+            });
+        }
+        for t in 0..t_sub {
+            let off = lit(t * l);
+            // The group's sum and what scales it: the i32 sum less the
+            // offset term, converted, times the weight and activation
+            // scales; else the f32 sum, whose weight scales it already has.
+            let (sum, scale) = if group_int {
+                let (ga, s) = (gav(r, t), format_ident!("s_{}", t));
                 open.extend(quote! { let mut #ga = ops::zero_i(); });
-                let sum = if isa.removes_offset(&p.spec) {
+                let ga = if offset {
                     quote! { ops::subi(#ga, #cs) }
                 } else {
                     quote! { #ga }
                 };
-                close.extend(quote! {
-                    ops::storef(
-                        y.add(#row * ldy + #off),
-                        ops::fmaf(
-                            ops::cvti(#sum),
-                            ops::mulf(#s, #dx),
-                            ops::loadf(y.add(#row * ldy + #off)),
-                        ),
-                    );
-                });
-            }
-            continue;
-        }
-        for t in 0..t_sub {
-            let (g, off) = (gv(r, t), lit(t * l));
-            open.extend(quote! { let mut #g = ops::zero_f(); });
+                (quote! { ops::cvti(#ga) }, quote! { ops::mulf(#s, #dx) })
+            } else {
+                let g = gv(r, t);
+                open.extend(quote! { let mut #g = ops::zero_f(); });
+                (quote! { #g }, quote! { #dx })
+            };
             close.extend(quote! {
                 ops::storef(
                     y.add(#row * ldy + #off),
-                    ops::fmaf(#g, #dx, ops::loadf(y.add(#row * ldy + #off))),
+                    ops::fmaf(#sum, #scale, ops::loadf(y.add(#row * ldy + #off))),
                 );
             });
         }

@@ -131,6 +131,12 @@ pub(crate) fn plane_pointer(p: &MicroSpec, isa: &I8Isa) -> bool {
     p.spec.bits() == 5 && isa.group_bytes == 8
 }
 
+/// `isa`'s micro kernels come from the lane emitter
+/// (`lane::micro_kernel`): one column per i32 lane, not SVE.
+pub(crate) fn lane_isa(isa: &I8Isa) -> bool {
+    isa.sve_bits.is_none() && isa.group_bytes == 4
+}
+
 /// A micro kernel that folds each activation scale group (the K-quants'
 /// 256 values) before it scales it: per group, `open` (the group's
 /// zeroed sums: f32, or i32 where the group shares one weight scale too),

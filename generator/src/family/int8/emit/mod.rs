@@ -337,7 +337,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
 pub(crate) fn micro(p: &MicroSpec, isa: &I8Isa, r: usize) -> TokenStream {
     if isa.sve_bits.is_some() {
         sve::micro_kernel(p, isa, r)
-    } else if isa.group_bytes == 4 {
+    } else if crate::family::int8::emit::micro::lane_isa(isa) {
         micro_kernel(p, isa, r)
     } else if p.tile.m_r == 1 {
         mmla::micro_gemv(p, isa)
