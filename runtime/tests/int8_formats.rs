@@ -168,16 +168,23 @@ fn q2_k_half_dots_at_their_extremes() {
     }
 }
 
-/// The ternary formats' group sums at their extremes: raw blocks whose
-/// second column is all 0xFF bytes (TQ2_0: every level 3) against
-/// activations all of full magnitude and one sign, over several
-/// super-blocks, on every ISA this CPU runs. The AVX2 kernels keep four
-/// blocks of i16 pair sums before they widen them (at most 24384 here);
-/// eight would wrap, and this is where it would show.
+/// The long integer sums at their extremes: raw blocks whose second
+/// column is all 0xFF bytes (TQ2_0: every level 3; Q4_K / Q5_K: every level
+/// 15 / 31 under 6-bit scale and min codes of 63) against activations all
+/// of full magnitude and one sign, over several super-blocks, on every ISA
+/// this CPU runs. The AVX2 kernels keep four blocks of ternary i16 pair
+/// sums before they widen them (at most 24384 here; eight would wrap), and
+/// widen a Q4_K block's i16 pair sums (at most 30480) by its scale code
+/// into the super-block's i32 sums: this is where a wrap would show.
 #[test]
-fn ternary_group_sums_at_their_extremes() {
+fn long_integer_sums_at_their_extremes() {
     let reg = Registry::builtin();
-    for t in [GgmlType::TQ2_0, GgmlType::TQ1_0] {
+    for t in [
+        GgmlType::TQ2_0,
+        GgmlType::TQ1_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+    ] {
         if !common::i8_format_built(t.tag()) {
             continue;
         }

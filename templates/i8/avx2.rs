@@ -297,6 +297,27 @@ pub unsafe fn sub_scale<const H: usize>(e: I) -> I {
     _mm256_shuffle_epi8(_mm256_and_si256(e, _mm256_set1_epi8(0x0F)), ctl)
 }
 
+// 6-bit scales and mins per 32 values (GGUF Q4_K, Q5_K): a column group's
+// entry 0 of a block is 8 u16, one per column: the scale byte low, the min
+// byte high. Kept only in those kernels.
+
+/// The block's scale levels (column `c`'s byte `2c`, below 64) in both i16
+/// halves of each column's lane, for [`scaled_sum`] or [`dot2_sc`].
+#[inline(always)]
+pub unsafe fn scale_byte(e: I) -> I {
+    let ctl = _mm256_loadu_si256(SUB_CTL[0].as_ptr() as *const __m256i);
+    _mm256_shuffle_epi8(e, ctl)
+}
+
+/// Two blocks' min levels as an i16 pair per column lane (the block at
+/// `p0` low), from their entries 0.
+#[inline(always)]
+pub unsafe fn min_pair(p0: *const u16, p1: *const u16) -> I {
+    let a = _mm256_cvtepu8_epi16(_mm_loadu_si128(p0 as *const __m128i));
+    let b = _mm256_cvtepu8_epi16(_mm_loadu_si128(p1 as *const __m128i));
+    _mm256_blend_epi16::<0b1010_1010>(_mm256_srli_epi32::<16>(a), b)
+}
+
 /// Both halves' min levels as an i16 pair per column lane (half 0 low):
 /// the bytes zero-extended to i16, shifted down by 4.
 #[inline(always)]

@@ -84,37 +84,62 @@ pub struct Int8Repack {
     pub int_sub_scales: Option<IntSubScales>,
 }
 
-/// A format whose super-block holds f16 scales and, per 16 values, one
-/// byte of integer sub-scale: either a 4-bit scale level `sc` (low nibble)
-/// and a 4-bit min level `m` (high nibble) under `d` and `dmin`, the weight
-/// `d sc q - dmin m` (GGUF Q2_K); or (`signed`) an i8 scale `sc` under
-/// `d`, the weight `d sc (q - offset)` (GGUF Q6_K). The int8 layout then
-/// stores these bytes as they are (two per column and 32-value block) and
-/// the super-block's `d` and `-dmin` (signed: `-d`) once, in the f16
-/// entries of its first two blocks; kernels on ISAs with
-/// [`crate::family::int8::isa::I8Isa::int_sub_scales`] read that form.
+/// A format whose super-block holds f16 scales over integer sub-scales,
+/// two bytes per 32-value sub-block ([`SubScaleKind`]): GGUF Q2_K's scale
+/// and min nibbles per 16 values under `d` and `dmin`, Q6_K's i8 scale per
+/// 16 under `d`, or Q4_K's and Q5_K's 6-bit scale and min per 32 under `d`
+/// and `dmin`. The int8 layout then stores these bytes as they are (two
+/// per column and 32-value block) and the super-block's `d` and `-dmin`
+/// (signed: `-d`) once, in the f16 entries of its first two blocks; kernels
+/// on ISAs with [`crate::family::int8::isa::I8Isa::int_sub_scales`] read
+/// that form.
 #[derive(Clone, Copy, Debug)]
 pub struct IntSubScales {
-    /// The sub-scale byte of 16-value sub-block `s` of a block.
+    /// Byte `e` of the block's integer sub-scales: bytes `2s` and `2s + 1`
+    /// belong to its 32-value sub-block `s`.
     pub byte: fn(&[u8], usize) -> u8,
     /// The block's `d` and `dmin` (signed: `d` twice) as f16 bits.
     pub supers: fn(&[u8]) -> [u16; 2],
-    /// The bytes are i8 scales, and the format's offset comes off through
-    /// the activation sums times them; else scale and min nibbles.
-    pub signed: bool,
+    /// What the bytes hold.
+    pub kind: SubScaleKind,
+}
+
+/// The integer sub-scale bytes of an [`IntSubScales`] format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubScaleKind {
+    /// One byte per 16 values: the scale level in the low nibble, the min
+    /// level in the high one (Q2_K), the weight `d sc q - dmin m`.
+    Nibbles,
+    /// One i8 scale per 16 values (Q6_K), the weight `d sc (q - offset)`:
+    /// the offset comes off through the activation sums times the scales.
+    Signed,
+    /// Per 32 values a scale byte then a min byte, each below 64 (Q4_K,
+    /// Q5_K), the weight `d sc q - dmin m`.
+    ScaleMin,
 }
 
 impl IntSubScales {
+    /// The bytes are i8 scales ([`SubScaleKind::Signed`]).
+    pub fn signed(&self) -> bool {
+        self.kind == SubScaleKind::Signed
+    }
+
     /// Sub-block `s`'s scale and min exactly, in f64 (what the kernels that
     /// keep them integers apply): `d sc` and `-(dmin m)`, or `d sc` and 0
-    /// for signed scales (the offset is the levels').
+    /// for signed scales (the offset is the levels'). `s` counts the
+    /// format's scale parts: 16-value sub-blocks, or 32-value ones for
+    /// [`SubScaleKind::ScaleMin`].
     pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
         let [d, dmin] = (self.supers)(block).map(|b| half::f16::from_bits(b).to_f64());
-        let b = (self.byte)(block, s);
-        if self.signed {
-            return (d * (b as i8) as f64, 0.0);
-        }
-        (d * (b & 0x0F) as f64, -(dmin * (b >> 4) as f64))
+        let (sc, m) = match self.kind {
+            SubScaleKind::Signed => return (d * (self.byte)(block, s) as i8 as f64, 0.0),
+            SubScaleKind::Nibbles => {
+                let b = (self.byte)(block, s);
+                (b & 0x0F, b >> 4)
+            }
+            SubScaleKind::ScaleMin => ((self.byte)(block, 2 * s), (self.byte)(block, 2 * s + 1)),
+        };
+        (d * sc as f64, -(dmin * m as f64))
     }
 }
 

@@ -1119,52 +1119,74 @@ mod tests {
         }
     }
 
-    /// Q2_K with integer sub-scales: per column and block the file's two
-    /// scale-and-min bytes in entry 0, and in entry 1 the super-block's
-    /// `d` (first block), `-dmin` (second) or 0; the levels as in the f16
-    /// layout; padding columns all 0. Formats without them ignore the flag.
+    /// Q2_K, Q4_K and Q5_K with integer sub-scales: per column and block
+    /// the file's two sub-scale bytes in entry 0 (Q2_K: the two halves'
+    /// scale-and-min bytes; Q4_K / Q5_K: the 6-bit scale and min), and in
+    /// entry 1 the super-block's `d` (first block), `-dmin` (second) or 0;
+    /// the levels as in the f16 layout; padding columns all 0. Formats
+    /// without them ignore the flag.
     #[test]
     fn integer_sub_scales_keep_the_files_bytes() {
         let (k, n) = (768, 11);
-        let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, GgmlType::Q2_K);
         let (lanes, t_u) = (8, 2);
         let tw = lanes * t_u;
-        let f16 = I8Layout::new(GgmlType::Q2_K, lanes, t_u, 256, tw, k, n);
-        let l = f16.int_sub_scales(true);
-        assert!(l.int_scales && !f16.int_scales);
-        assert_eq!((l.scale_entries(), f16.scale_entries()), (2, 4));
-        let (p, pf) = (l.repack(&w), f16.repack(&w));
-        assert_eq!(
-            p.w.as_bytes(),
-            pf.w.as_bytes(),
-            "levels as in the f16 layout"
-        );
-        assert_eq!(p.sc.len(), l.n_pad * l.blocks() * 2);
-        for j in 0..l.n_pad {
-            let (panel, col) = (j / tw, j % tw);
-            for b in 0..l.blocks() {
-                let (kb, bi) = (b / 8, b % 8);
-                let (_, soff, _) = l.tile_offset(panel, kb, 0);
-                let at = soff * 2 + bi * 2 * tw + col;
-                let (e0, e1) = (p.sc[at], p.sc[at + tw]);
-                if j >= n {
-                    assert_eq!((e0, e1), (0, 0), "padding col {j}");
-                    continue;
+        type Entry0 = fn(&[u8], usize) -> [u8; 2];
+        let k4: Entry0 = |blk, sub| {
+            let (sc, m) = crate::format::ggml::kquant::scale_min_k4(&blk[4..16], sub);
+            [sc, m]
+        };
+        let cases: [(GgmlType, Entry0, usize); 3] = [
+            (
+                GgmlType::Q2_K,
+                |blk, sub| [blk[2 * sub], blk[2 * sub + 1]],
+                80,
+            ),
+            (GgmlType::Q4_K, k4, 0),
+            (GgmlType::Q5_K, k4, 0),
+        ];
+        for (t, entry0, d_at) in cases {
+            let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, t);
+            let f16 = I8Layout::new(t, lanes, t_u, 256, tw, k, n);
+            let l = f16.int_sub_scales(true);
+            assert!(l.int_scales && !f16.int_scales, "{t}");
+            assert_eq!(l.scale_entries(), 2, "{t}");
+            let (p, pf) = (l.repack(&w), f16.repack(&w));
+            assert_eq!(
+                p.w.as_bytes(),
+                pf.w.as_bytes(),
+                "{t}: levels as in the f16 layout"
+            );
+            assert_eq!(p.sc.len(), l.n_pad * l.blocks() * 2);
+            for j in 0..l.n_pad {
+                let (panel, col) = (j / tw, j % tw);
+                for b in 0..l.blocks() {
+                    let (kb, bi) = (b / 8, b % 8);
+                    let (_, soff, _) = l.tile_offset(panel, kb, 0);
+                    let at = soff * 2 + bi * 2 * tw + col;
+                    let (e0, e1) = (p.sc[at], p.sc[at + tw]);
+                    if j >= n {
+                        assert_eq!((e0, e1), (0, 0), "{t}: padding col {j}");
+                        continue;
+                    }
+                    let blk = w.block(j, b / 8);
+                    let sub = b % 8;
+                    assert_eq!(
+                        e0,
+                        u16::from_le_bytes(entry0(blk, sub)),
+                        "{t} col {j} block {b}"
+                    );
+                    let d = |o: usize| u16::from_le_bytes([blk[o], blk[o + 1]]);
+                    let want = match sub {
+                        0 => d(d_at),
+                        1 => d(d_at + 2) ^ 0x8000,
+                        _ => 0,
+                    };
+                    assert_eq!(e1, want, "{t} col {j} block {b}");
                 }
-                let blk = w.block(j, b / 8);
-                let sub = b % 8;
-                assert_eq!(e0, u16::from_le_bytes([blk[2 * sub], blk[2 * sub + 1]]));
-                let d = |o: usize| u16::from_le_bytes([blk[o], blk[o + 1]]);
-                let want = match sub {
-                    0 => d(80),
-                    1 => d(82) ^ 0x8000,
-                    _ => 0,
-                };
-                assert_eq!(e1, want, "col {j} block {b}");
             }
         }
-        let q4 = I8Layout::new(GgmlType::Q4_K, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
-        assert!(!q4.int_scales);
+        let q3 = I8Layout::new(GgmlType::Q3_K, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
+        assert!(!q3.int_scales);
         // Several panels of several tiles and K blocks, on 3 threads: the
         // same stream as the entry-by-entry walk of one thread.
         let n = 70;

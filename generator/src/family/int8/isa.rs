@@ -97,12 +97,13 @@ pub struct I8Isa {
     pub scratch_levels: bool,
     /// Formats with integer sub-scales under an f16 super-block scale
     /// ([`crate::format::row::IntSubScales`]: Q2_K's 4-bit scale and min
-    /// per 16 values, Q6_K's i8 scale per 16) keep them integers: each
-    /// part's i16 pair sums are widened by one madd with the sub-scale in
-    /// place of the word of ones, the mins (or the offset times the
-    /// scales) go in through one madd of the pair of sub-scale values with
-    /// the row's two half sums, and only the super-block's two i32 sums are
-    /// converted and scaled. The f16 layout takes a conversion and an FMA
+    /// per 16 values, Q6_K's i8 scale per 16, Q4_K's and Q5_K's 6-bit
+    /// scale and min per 32) keep them integers: each part's i16 pair sums
+    /// are widened by one madd with the sub-scale in place of the word of
+    /// ones, the mins (or the offset times the scales) go in through one
+    /// madd of a pair of sub-scale values with the row's two half sums (of
+    /// two blocks' sums, at the super-block's close, for mins per 32), and
+    /// only the super-block's two i32 sums are converted and scaled. The f16 layout takes a conversion and an FMA
     /// or two (and an offset subtraction) per part, row and column group on
     /// the pipes the dots use. Needs the i16 pair sums of maddubs ISAs
     /// (AVX2), or [`I8Isa::int_halves_packed`].

@@ -69,6 +69,12 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // `dot2_sc` sums straight into the super-block's sums (scaled
         // levels and offsets); the part's scales stay live.
         tile.t_sub * tile.m_r + tile.t_sub
+    } else if crate::family::int8::emit::micro::int_scale_form(spec, isa)
+        .is_some_and(|f| f.kind == crate::format::row::SubScaleKind::ScaleMin)
+    {
+        // The block's i16 pair sums and the super-block's scaled sums (the
+        // mins go in at the group's close, through no register of the loop).
+        2 * tile.t_sub * tile.m_r
     } else if crate::family::int8::emit::micro::int_scales(spec, isa) {
         // The half block's sums (i16 pairs; i32 lanes on packed ISAs) and
         // the super-block's two i32 sums (scaled levels, mins). (4x8 would

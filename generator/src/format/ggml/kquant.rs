@@ -317,7 +317,8 @@ pub(crate) fn rms_error(fmt: &crate::format::row::Format, seed: u64) -> f64 {
 /// For Q4_K / Q5_K (`d`, `dmin`, 12 bytes of 6-bit scales and mins first):
 /// on 300 random super-blocks with scales across f16's range, every value
 /// gguf-py dequantizes, `(d * sc) * q - (dmin * m)`, is the codec's and the
-/// int8 row's `scale * level + min`, bit for bit.
+/// int8 row's `scale * level + min`, bit for bit; the row's integer
+/// sub-scales are the 6-bit codes and give `d sc` and `-(dmin m)` exactly.
 #[cfg(test)]
 pub(crate) fn check_scale_times_level_plus_min(fmt: &crate::format::row::Format, seed: u64) {
     use crate::format::ggml::numpy::read_f16;
@@ -336,6 +337,16 @@ pub(crate) fn check_scale_times_level_plus_min(fmt: &crate::format::row::Format,
         for s in 0..8 {
             let (ds, ms) = (row.sub_scale)(&b, s);
             let (sc, m) = scale_min_k4(&b[4..16], s);
+            // The integer form: the 6-bit bytes as they are, under the
+            // header's d and dmin (exact in f64).
+            let int = row.int_sub_scales.expect("integer sub-scales");
+            assert_eq!(int.kind, crate::format::row::SubScaleKind::ScaleMin);
+            assert_eq!(((int.byte)(&b, 2 * s), (int.byte)(&b, 2 * s + 1)), (sc, m));
+            assert_eq!(
+                int.exact(&b, s),
+                (d as f64 * sc as f64, -(dmin as f64 * m as f64)),
+                "block {t} sub {s}"
+            );
             for (i, q) in (row.block_levels)(&b, s).into_iter().enumerate() {
                 let gguf_py = (d * sc as f32) * q as f32 - (dmin * m as f32);
                 let v = w[32 * s + i];

@@ -21,7 +21,7 @@ use crate::format::ggml::kquant::{
     sub_block_crumbs, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
 
 pub const Q2_K: Format = Format {
     tag: "q2_k",
@@ -46,7 +46,7 @@ pub const Q2_K: Format = Format {
         int_sub_scales: Some(IntSubScales {
             byte: |blk, s| blk[s],
             supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
-            signed: false,
+            kind: SubScaleKind::Nibbles,
         }),
     }),
 };

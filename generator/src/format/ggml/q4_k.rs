@@ -8,7 +8,10 @@
 //!
 //! The int8 family runs it per 32-value sub-block on the 4-bit layout with
 //! unsigned levels: sub-block `s` has the scale `d * sc_s` and the min
-//! `-(dmin * m_s)`, added through the activation sums as Q4_1's.
+//! `-(dmin * m_s)`, added through the activation sums as Q4_1's. Kernels
+//! on ISAs that keep integer sub-scales (AVX2) read the 6-bit scale and
+//! min bytes instead, under the super-block's f16 `d` and `dmin`
+//! ([`INT_SUB_SCALES`]).
 //!
 //! gguf-py cannot quantize Q4_K; kgen's quantizer follows llama.cpp's
 //! method ([`crate::format::ggml::kquant`]).
@@ -18,7 +21,7 @@ use crate::format::ggml::kquant::{
     scale_min_k4, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
 
 pub const Q4_K: Format = Format {
     tag: "q4_k",
@@ -40,8 +43,23 @@ pub const Q4_K: Format = Format {
         scales_per_block: 1,
         act_group: 8,
         group_scale: false,
-        int_sub_scales: None,
+        int_sub_scales: Some(INT_SUB_SCALES),
     }),
+};
+
+/// Q4_K's and Q5_K's integer sub-scales: sub-block `s`'s 6-bit scale and
+/// min as bytes `2s` and `2s + 1`, under the super-block's `d` and `dmin`.
+pub(crate) const INT_SUB_SCALES: IntSubScales = IntSubScales {
+    byte: |blk, e| {
+        let (sc, m) = scale_min_k4(&blk[4..HEADER], e / 2);
+        if e % 2 == 0 {
+            sc
+        } else {
+            m
+        }
+    },
+    supers: |blk| [0, 2].map(|at| u16::from_le_bytes([blk[at], blk[at + 1]])),
+    kind: SubScaleKind::ScaleMin,
 };
 
 /// Bytes before the levels: `d`, `dmin` and the packed scales and mins

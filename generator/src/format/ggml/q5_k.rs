@@ -6,10 +6,12 @@
 //! `(d * sc) * q - (dmin * m)`, each product rounded to f32 first.
 //!
 //! The int8 family runs it per 32-value sub-block on the 5-bit layout, with
-//! Q4_K's sub-block scales and mins.
+//! Q4_K's sub-block scales and mins (and its integer sub-scales).
 
 use crate::format::ggml::kquant::{encode_non_finite, Search, QK_K};
-use crate::format::ggml::q4_k::{nibbles, quantize_levels, scale_and_min, sub_scale, HEADER};
+use crate::format::ggml::q4_k::{
+    nibbles, quantize_levels, scale_and_min, sub_scale, HEADER, INT_SUB_SCALES,
+};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
 
 pub const Q5_K: Format = Format {
@@ -32,7 +34,7 @@ pub const Q5_K: Format = Format {
         scales_per_block: 1,
         act_group: 8,
         group_scale: false,
-        int_sub_scales: None,
+        int_sub_scales: Some(INT_SUB_SCALES),
     }),
 };
 

@@ -16,7 +16,7 @@ use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
 
 pub const Q6_K: Format = Format {
     tag: "q6_k",
@@ -44,7 +44,7 @@ pub const Q6_K: Format = Format {
                 let d = u16::from_le_bytes([blk[D], blk[D + 1]]);
                 [d, d]
             },
-            signed: true,
+            kind: SubScaleKind::Signed,
         }),
     }),
 };
@@ -217,7 +217,7 @@ mod tests {
             .int8
             .and_then(|r| r.int_sub_scales)
             .expect("int sub-scales");
-        assert!(int.signed);
+        assert!(int.signed());
         let mut w = [0f32; QK_K];
         for t in 0..200 {
             let mut b: Vec<u8> = (0..210).map(|_| rng.below(256) as u8).collect();

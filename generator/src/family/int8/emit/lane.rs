@@ -9,7 +9,7 @@ use crate::family::int8::emit::micro::{
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
-use crate::format::row::IntSubScales;
+use crate::format::row::{IntSubScales, SubScaleKind};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
@@ -504,7 +504,7 @@ fn int_fold(
     last: bool,
 ) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
-    let signed = form.signed;
+    let signed = form.signed();
     let mut fold = TokenStream::new();
     let packed = packed_halves(&p.spec, isa);
     if packed && !last {
@@ -546,7 +546,9 @@ fn int_fold(
             }
         }
     }
-    if last {
+    // Per-32 mins go in at the group's close, two blocks per madd
+    // (`int_scale_kernel`).
+    if last && form.kind != SubScaleKind::ScaleMin {
         // The activation sums of an offset format carry the offset (Q6_K:
         // 32 * sum, past i16): shifted back down before they are packed.
         // Signed scales take the offset (`-offset sc`, within i16) and add
@@ -588,10 +590,16 @@ fn part_scales(p: &MicroSpec, form: IntSubScales, h: usize) -> TokenStream {
     (0..p.tile.t_sub)
         .map(|t| {
             let (sv, off) = (format_ident!("sv_{}", t), lit(t * p.lanes));
-            if form.signed {
-                quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); }
-            } else {
-                quote! { let #sv = ops::sub_scale::<#h>(ops::sub_bytes(sc.add(#off))); }
+            match form.kind {
+                SubScaleKind::Signed => {
+                    quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); }
+                }
+                SubScaleKind::Nibbles => {
+                    quote! { let #sv = ops::sub_scale::<#h>(ops::sub_bytes(sc.add(#off))); }
+                }
+                SubScaleKind::ScaleMin => {
+                    quote! { let #sv = ops::scale_byte(ops::sub_bytes(sc.add(#off))); }
+                }
             }
         })
         .collect()
@@ -609,6 +617,11 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
     let mins = p.spec.mins();
     let packed = packed_halves(&p.spec, isa);
     let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
+    let late_mins = int_scale_form(&p.spec, isa).is_some_and(|f| f.kind == SubScaleKind::ScaleMin);
+    if late_mins {
+        open.extend(quote! { let xcg = xc; });
+        close.extend(late_min_sums(p, rows));
+    }
     for t in 0..t_sub {
         let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
         if packed {
@@ -638,7 +651,9 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
                 quote! { #a }
             };
             let v = if mins {
-                open.extend(quote! { let mut #m = ops::zero_i(); });
+                if !late_mins {
+                    open.extend(quote! { let mut #m = ops::zero_i(); });
+                }
                 quote! { ops::fmaf(ops::cvti(#m), #mw, ops::mulf(ops::cvti(#a), #dw)) }
             } else {
                 quote! { ops::mulf(ops::cvti(#a), #dw) }
@@ -668,6 +683,51 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
         (32, 1),
         Some(group),
     )
+}
+
+/// The group's min sums `sm` of a kernel with a scale and min per 32
+/// values ([`SubScaleKind::ScaleMin`]), at its close: per pair of blocks
+/// and column group one `min_pair` of their min levels (entry 0 of each),
+/// and per row one madd of it against the pair's activation sums, so the
+/// mins cost no register through the group and half the madds of one per
+/// block. The groups are whole super-blocks (the layout's K blocks start
+/// at one and K is a multiple of it), so every pair is in range.
+fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
+    let (t_sub, l) = (p.tile.t_sub, p.lanes);
+    let group = p.spec.act_group();
+    assert!(
+        group.is_multiple_of(2) && p.spec.format.super_block == 32 * group,
+        "{}: min pairs need whole super-blocks of an even number of blocks",
+        p.spec.format_tag()
+    );
+    // A block is 2 TW entries of the scale stream.
+    let stride = 2 * p.tile.t_u * l;
+    let mut out = TokenStream::new();
+    for r in 0..rows {
+        for t in 0..t_sub {
+            let m = smv(r, t);
+            out.extend(quote! { let mut #m = ops::zero_i(); });
+        }
+    }
+    for j in 0..group / 2 {
+        for t in 0..t_sub {
+            let mv = format_ident!("mv_{}", t);
+            let (a, b) = (
+                lit(2 * j * stride + t * l),
+                lit((2 * j + 1) * stride + t * l),
+            );
+            out.extend(quote! { let #mv = ops::min_pair(sg.add(#a), sg.add(#b)); });
+        }
+        for r in 0..rows {
+            let (bp, row, at) = (format_ident!("bp_{}", r), lit(r), lit(2 * j));
+            out.extend(quote! { let #bp = ops::sum_pair::<0>(xcg.add(#row * ldb + #at)); });
+            for t in 0..t_sub {
+                let (m, mv) = (smv(r, t), format_ident!("mv_{}", t));
+                out.extend(quote! { #m = ops::scaled_sum(#m, #mv, #bp); });
+            }
+        }
+    }
+    out
 }
 
 fn sav(r: usize, t: usize) -> proc_macro2::Ident {
@@ -736,6 +796,13 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let (t_u, t_sub) = (p.tile.t_u, p.tile.t_sub);
     let chunk = 4 * p.lanes;
     let mut block = TokenStream::new();
+    // With integer sub-scales (a scale per block) every pair's dots take
+    // the block's scale levels straight into `sa`.
+    let form = int_scale_form(&p.spec, isa);
+    if let Some(form) = form {
+        assert_eq!(p.spec.scales_per_block(), 1, "5-bit: one scale per block");
+        block.extend(part_scales(p, form, 0));
+    }
     for t in 0..t_sub {
         let (h, off) = (format_ident!("h_{}", t), lit((4 * t_u + t) * chunk));
         block.extend(quote! { let #h = ops::loadb(w.add(#off)); });
@@ -756,24 +823,19 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
                 let #hi = ops::hb_hi::<#gl>(#wv, #h);
             });
         }
-        block.extend(pair_dots(isa, rows, t_sub, g));
+        block.extend(pair_dots(isa, rows, t_sub, g, form.is_some()));
     }
     block
 }
 
 /// Every row's dots of the level pair `lo_{t}` / `hi_{t}` (values `8g..8g + 4`
-/// and `8g + 4..8g + 8`) into its i32 sums, two at a time (`dot2_u`: on
-/// maddubs ISAs the i16 pair sums of levels below 64 leave room for two
-/// products, not for a whole block), then the fence.
-fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize) -> TokenStream {
-    pair_dots_into(isa, rows, t_sub, g, false)
-}
-
-/// [`pair_dots`], or with `scaled` (a kernel that keeps integer
-/// sub-scales, [`int_scales`]) each pair's i16 sums widened by the part's
-/// scale levels `sv_{t}` (`dot2_sc`) straight into the super-block sums
-/// `sa`.
-fn pair_dots_into(isa: &I8Isa, rows: usize, t_sub: usize, g: usize, scaled: bool) -> TokenStream {
+/// and `8g + 4..8g + 8`) two at a time (on maddubs ISAs the i16 pair sums
+/// of levels below 64 leave room for two products, not for a whole
+/// block), then the fence: into its i32 sums (`dot2_u`), or with `scaled`
+/// (a kernel that keeps integer sub-scales, [`int_scales`]) widened by the
+/// part's scale levels `sv_{t}` (`dot2_sc`) straight into the super-block
+/// sums `sa`.
+fn pair_dots(isa: &I8Isa, rows: usize, t_sub: usize, g: usize, scaled: bool) -> TokenStream {
     let mut out = TokenStream::new();
     for r in 0..rows {
         let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
@@ -852,7 +914,7 @@ fn level_parts(
                 block.extend(quote! { let #q = #l; });
             }
         }
-        block.extend(pair_dots_into(isa, rows, t_sub, k, form.is_some()));
+        block.extend(pair_dots(isa, rows, t_sub, k, form.is_some()));
     }
     parts
 }
@@ -1260,9 +1322,82 @@ mod tests {
                 isa.name
             );
         }
-        for tag in ["q4_k", "q3_k", "q5_k", "tq2_0", "q4_0"] {
+        for tag in ["q3_k", "tq2_0", "q4_0", "q4_1", "q5_1"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!int_scales(&spec, &AVX2), "{tag}");
+        }
+    }
+
+    /// Q4_K and Q5_K on AVX2 keep their 6-bit scales and mins: in the
+    /// block loop per column group one `scale_byte` shuffle and per row
+    /// one `scaled_sum` of the block's pair sums (4-bit) or every pair's
+    /// dots scaled into `sa` (5-bit `dot2_sc`), and nothing else: no
+    /// conversion, FMA or activation-sum load. The mins go in at the
+    /// group's close, per pair of blocks one `min_pair` per column group
+    /// and one madd per row against the pair's sums, read at the blocks'
+    /// own offsets.
+    #[test]
+    fn q4_k_and_q5_k_on_avx2_keep_6_bit_scales_and_mins() {
+        for tag in ["q4_k", "q5_k"] {
+            for (op, t_u, t_sub, rows) in [
+                (Op::Gemv, 2, 2, 1),
+                (Op::Gemm { m: 32 }, 2, 1, 4),
+                (Op::Gemm { m: 32 }, 2, 2, 2),
+            ] {
+                let spec = I8Spec::from_tag(op, tag).expect("format");
+                let form = int_scale_form(&spec, &AVX2).expect("integer sub-scales");
+                assert_eq!(form.kind, SubScaleKind::ScaleMin);
+                let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
+                let k = micro_kernel(&p, &AVX2, rows).to_string();
+                let what = format!("{tag} {rows}x{t_sub}");
+                let (body, close) = k.split_at(k.find("let mut sm_0_0").expect(&what));
+                let n = |s: &str, pat: &str| s.matches(pat).count();
+                assert_eq!(n(body, "ops :: scale_byte"), t_sub, "{what}");
+                if tag == "q4_k" {
+                    assert_eq!(n(body, "ops :: scaled_sum"), rows * t_sub, "{what}");
+                } else {
+                    assert_eq!(n(body, "ops :: dot2_sc"), 4 * rows * t_sub, "{what}");
+                    assert_eq!(n(body, "ops :: scaled_sum"), 0, "{what}");
+                }
+                for no in [
+                    "cvti",
+                    "fmaf",
+                    "splati",
+                    "block_sum",
+                    "scales",
+                    "sum_pair",
+                    "min_pair",
+                    "sub_mins",
+                    "sub_scale",
+                ] {
+                    assert!(!body.contains(no), "{what}: {no}");
+                }
+                assert_eq!(n(close, "ops :: min_pair"), 4 * t_sub, "{what}");
+                assert_eq!(n(close, "ops :: scaled_sum"), 4 * rows * t_sub, "{what}");
+                let tw = t_u * AVX2.lanes;
+                for j in 0..4 {
+                    for r in 0..rows {
+                        let at = format!("xcg . add ({r} * ldb + {})", 2 * j);
+                        assert!(close.contains(&at), "{what}: {at}");
+                    }
+                    for t in 0..t_sub {
+                        let at = format!(
+                            "ops :: min_pair (sg . add ({}) , sg . add ({}))",
+                            2 * j * 2 * tw + t * AVX2.lanes,
+                            (2 * j + 1) * 2 * tw + t * AVX2.lanes
+                        );
+                        assert!(close.contains(&at), "{what}: {at}");
+                    }
+                }
+                // d and -dmin of each column group, and nothing scaled per block.
+                assert_eq!(n(close, "ops :: scales"), 2 * t_sub, "{what}");
+                assert_eq!(n(close, "ops :: cvti"), 2 * rows * t_sub, "{what}");
+            }
+        }
+        // Not on the i32-dot ISAs (no i16 pair sums to widen by a scale).
+        for isa in [&AVX512VNNI, &AVXVNNI, &DOTPROD] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q4_k").expect("format");
+            assert!(!int_scales(&spec, isa), "{}", isa.name);
         }
     }
 
@@ -1313,7 +1448,9 @@ mod tests {
                 })
                 .collect()
         };
-        let (q6, q2, q4) = (items("q6_k"), items("q2_k"), items("q4_k"));
+        let (q6, q2, q4) = (items("q6_k"), items("q2_k"), items("q4_0"));
+        let (q4k, q5k) = (items("q4_k"), items("q5_k"));
+        let has = |v: &[String], name: &str| v.iter().any(|n| n == name);
         for name in [
             "dot2_sc",
             "sub_scale_s",
@@ -1321,16 +1458,24 @@ mod tests {
             "sub_offset_s",
             "sum_pair",
         ] {
-            assert!(q6.iter().any(|n| n == name), "q6_k {name}");
-            assert!(!q4.iter().any(|n| n == name), "q4_k {name}");
+            assert!(has(&q6, name), "q6_k {name}");
+            assert!(!has(&q4, name), "q4_0 {name}");
         }
         for name in ["sub_scale", "SUB_CTL", "sub_mins"] {
-            assert!(
-                q2.iter().any(|n| n == name) && !q6.iter().any(|n| n == name),
-                "{name}"
-            );
+            assert!(has(&q2, name) && !has(&q6, name), "{name}");
         }
-        assert!(!q2.iter().any(|n| n == "dot2_sc"));
+        assert!(!has(&q2, "dot2_sc"));
+        // The 6-bit scale-and-min form's own, and only 5-bit takes dot2_sc.
+        for name in ["scale_byte", "min_pair", "sum_pair", "SUB_CTL"] {
+            assert!(has(&q4k, name) && has(&q5k, name), "{name}");
+        }
+        for name in ["scale_byte", "min_pair"] {
+            assert!(!has(&q2, name) && !has(&q6, name), "{name}");
+        }
+        for name in ["sub_scale", "sub_mins", "sub_scale_s"] {
+            assert!(!has(&q4k, name) && !has(&q5k, name), "{name}");
+        }
+        assert!(has(&q5k, "dot2_sc") && !has(&q4k, "dot2_sc"));
     }
 
     /// GEMV on plain nibbles over vpdpbusd: high nibbles masked in place

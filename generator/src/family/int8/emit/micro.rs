@@ -88,10 +88,10 @@ pub(crate) fn int_scale_form(
 ) -> Option<crate::format::row::IntSubScales> {
     let form = spec.format.int8.and_then(|r| r.int_sub_scales)?;
     // The integer fold removes an offset only through signed scales.
-    debug_assert!(form.signed || spec.format.offset() == 0);
+    debug_assert!(form.signed() || spec.format.offset() == 0);
     // Packed halves: the 2-bit nibble form only (`dot2_sc`, the 5- and
     // 6-bit fold, is maddubs'; the signed form's offset is not packed).
-    if isa.int_halves_packed && (form.signed || spec.bits() != 2) {
+    if isa.int_halves_packed && (form.signed() || spec.bits() != 2) {
         return None;
     }
     (isa.int_sub_scales && isa.group_bytes == 4 && isa.sve_bits.is_none()).then_some(form)

@@ -7,6 +7,7 @@ use crate::family::int8::emit::micro::{fn_attrs, lit, MicroSpec};
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::plan::I8Plan;
 use crate::family::int8::spec::I8Spec;
+use crate::format::row::SubScaleKind;
 pub(crate) mod lane;
 pub(crate) mod micro;
 pub mod mmla;
@@ -39,6 +40,9 @@ const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bi
 /// forms, then the nibble form's and the signed form's own.
 const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
+/// The 6-bit scale-and-min form's (Q4_K, Q5_K); 5-bit levels take their
+/// scales in `dot2_sc`.
+const INT_SCALE_MIN_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "scale_byte", "min_pair"];
 /// What the lane kernels of a format with one weight scale per group
 /// (`group_scale`) use to sum the group's integer dots.
 const GROUP_INT_ITEMS: &[&str] = &["addi"];
@@ -87,8 +91,14 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                     32 / p.spec.scales_per_block(),
                     if isa.signed_levels(&p.spec) {
                         " (read as signed nibbles, 8 d added back with the min)"
-                    } else if crate::family::int8::emit::micro::int_scales(&p.spec, &isa) {
-                        " (kept as 4-bit integers under the super-block's f16 d and dmin)"
+                    } else if let Some(f) =
+                        crate::family::int8::emit::micro::int_scale_form(&p.spec, &isa)
+                    {
+                        if f.kind == SubScaleKind::ScaleMin {
+                            " (kept as 6-bit integers under the super-block's f16 d and dmin)"
+                        } else {
+                            " (kept as 4-bit integers under the super-block's f16 d and dmin)"
+                        }
                     } else {
                         ""
                     }
@@ -304,7 +314,11 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
     let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
     let mut keep: Vec<&str> = match form {
         None => vec![],
-        Some(f) if f.signed => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
+        Some(f) if f.signed() => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
+        Some(f) if f.kind == SubScaleKind::ScaleMin => {
+            let dot2: &[&str] = if spec.bits() == 5 { &["dot2_sc"] } else { &[] };
+            [INT_SCALE_ITEMS, INT_SCALE_MIN_ITEMS, dot2].concat()
+        }
         Some(_) if isa.int_halves_packed => [INT_SCALE_ITEMS, INT_PACKED_ITEMS].concat(),
         Some(_) => [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
     };
@@ -320,6 +334,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         INT_NIBBLE_ITEMS,
         INT_SIGNED_ITEMS,
         INT_PACKED_ITEMS,
+        INT_SCALE_MIN_ITEMS,
     ]
     .concat();
     items.retain(|it| {
