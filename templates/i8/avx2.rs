@@ -108,7 +108,8 @@ pub unsafe fn dot_u(acc: I, w: I, x: I) -> I {
 /// Block accumulator += 4-byte products of unsigned 4-bit `w` and signed `x`,
 /// kept as i16 pair sums: the 8 maddubs of a 32-block add up to at most
 /// 8 * 2 * 15 * 127 = 30480, so nothing saturates or wraps, and one madd per
-/// block (`block_sum`) widens them instead of one per chunk.
+/// block (`block_sum`) widens them instead of one per chunk. (5-bit levels:
+/// the 4 maddubs of a half block, at most 4 * 2 * 31 * 127 = 31496.)
 #[inline(always)]
 pub unsafe fn pair_acc(acc: I, w: I, x: I) -> I {
     _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x))

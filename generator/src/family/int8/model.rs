@@ -67,8 +67,10 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         && matches!(spec.bits(), 5 | 6)
     {
         // `dot2_sc` sums straight into the super-block's sums (scaled
-        // levels and offsets); the part's scales stay live.
-        tile.t_sub * tile.m_r + tile.t_sub
+        // levels and offsets), or 5-bit half blocks' i16 sums do first
+        // (`i16_half_blocks`); the part's scales stay live.
+        let halves = crate::family::int8::emit::lane::i16_half_blocks(spec, isa);
+        (1 + usize::from(halves)) * tile.t_sub * tile.m_r + tile.t_sub
     } else if crate::family::int8::emit::micro::int_scale_form(spec, isa)
         .is_some_and(|f| f.kind == crate::format::row::SubScaleKind::ScaleMin)
     {

@@ -40,8 +40,7 @@ const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bi
 /// forms, then the nibble form's and the signed form's own.
 const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
-/// The 6-bit scale-and-min form's (Q4_K, Q5_K); 5-bit levels take their
-/// scales in `dot2_sc`.
+/// The 6-bit scale-and-min form's (Q4_K, Q5_K).
 const INT_SCALE_MIN_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "scale_byte", "min_pair"];
 /// What the lane kernels of a format with one weight scale per group
 /// (`group_scale`) use to sum the group's integer dots.
@@ -316,8 +315,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         None => vec![],
         Some(f) if f.signed() => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
         Some(f) if f.kind == SubScaleKind::ScaleMin => {
-            let dot2: &[&str] = if spec.bits() == 5 { &["dot2_sc"] } else { &[] };
-            [INT_SCALE_ITEMS, INT_SCALE_MIN_ITEMS, dot2].concat()
+            [INT_SCALE_ITEMS, INT_SCALE_MIN_ITEMS].concat()
         }
         Some(_) if isa.int_halves_packed => [INT_SCALE_ITEMS, INT_PACKED_ITEMS].concat(),
         Some(_) => [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
