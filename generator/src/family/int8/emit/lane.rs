@@ -868,7 +868,7 @@ fn pair_dots(
             let i = format_ident!("i_{}_{}", r, t);
             out.extend(if scaled && i16_halves {
                 let (a, sv) = (sav(r, t), format_ident!("sv_{}", t));
-                let open = if g % 2 == 0 {
+                let open = if g.is_multiple_of(2) {
                     quote! { let mut #i = ops::zero_i(); }
                 } else {
                     TokenStream::new()
