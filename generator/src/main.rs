@@ -607,8 +607,10 @@ fn print_plan_i8(
         tb = p.block.t_b,
         w = <kgen::family::Int8 as kgen::family::Family>::footprint(&p.spec).weight_half_bits
     );
+    // The planner ranks tiles with the weights streamed from DRAM at any
+    // shape; the GEMV roofline below gives the L3 figure beside it.
     outln!(
-        "  model       {:.1} GB/s of weights, {:.1} GFLOPS on one core at {}x{}",
+        "  model       {:.1} GB/s of weights, {:.1} GFLOPS on one core at {}x{}, weights from DRAM",
         p.prediction.gbs,
         p.prediction.gflops,
         p.shape.0,
