@@ -159,7 +159,8 @@ impl Matrix {
     /// `"4:128"`, `"3:col"`, `"q4_0:128"`): GPTQ formats round to nearest per
     /// group (scale and zero from the group's range), the GGUF ones as
     /// llama.cpp does. K need not be a multiple of 32: the int8 formats pad it
-    /// with zero weights, and the matrix keeps the caller's K.
+    /// with zero weights to whole blocks (the K-quants and TQ formats to
+    /// 256-value super-blocks), and the matrix keeps the caller's K.
     pub fn from_f32<F>(w: &[f32], k: usize, n: usize, format: F) -> Result<Matrix, Error>
     where
         F: TryInto<WeightFormat>,

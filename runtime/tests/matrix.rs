@@ -193,12 +193,14 @@ fn from_gptq_layer_and_file() {
 
 #[test]
 fn from_f32_in_every_family() {
-    // K not a multiple of 32: the int8 formats pad it, the matrix keeps it.
+    // K not a multiple of 32: the int8 formats pad it (the K-quants and
+    // TQ formats to their 256-value super-blocks), the matrix keeps it.
     let (k, n) = (100, 37);
     let wf = Rng::new(5).vec_f32(k * n);
     let reg = best();
     for name in [
-        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64",
+        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64", "q4_k",
+        "q5_k", "q6_k", "q2_k", "tq2_0",
     ] {
         let format: WeightFormat = name.parse().unwrap();
         let want = format.kernel_format();
@@ -235,9 +237,10 @@ fn from_f32_in_every_family() {
             _ => {
                 let g = match format {
                     WeightFormat::Ggml(t) => {
+                        let k_pad = k.next_multiple_of(t.block_values());
                         let mut wp = wf.clone();
-                        wp.resize(128 * n, 0.0);
-                        GgmlMatrix::quantize(&wp, 128, n, t)
+                        wp.resize(k_pad * n, 0.0);
+                        GgmlMatrix::quantize(&wp, k_pad, n, t)
                     }
                     WeightFormat::Symmetric { bits, group } => {
                         quantize_symmetric(&wf, k, n, bits, group)

@@ -52,17 +52,21 @@ impl Int8Matrix {
     /// when they are mapped, other matrices by the caller, so a file's
     /// bytes are read once before the repack, not twice. `k` is the
     /// caller's K: `m.k` rounded up
-    /// to whole 32-blocks with zero weights, as [`crate::Matrix::from_f32`]
-    /// quantizes; activations are padded the same way.
+    /// to whole blocks of the format (32 values, or 256 for super-blocks)
+    /// with zero weights, as [`crate::Matrix::from_f32`] quantizes;
+    /// activations are padded the same way.
     pub(crate) fn pack(
         m: &GgmlView<'_>,
         k: usize,
         gemv: KernelEntry,
         gemm: KernelEntry,
     ) -> Result<Int8Matrix, Error> {
-        if k > m.k || m.k - k >= QK {
+        // Padding fills the last block (32 values; the K-quants' and TQ
+        // formats' 256-value super-blocks).
+        let block = m.dtype.block_values().max(QK);
+        if k > m.k || m.k - k >= block {
             return Err(Error::Shape(format!(
-                "K = {k} is not the {} rows of the matrix less padding to a 32-block",
+                "K = {k} is not the {} rows of the matrix less padding to a {block}-value block",
                 m.k
             )));
         }
