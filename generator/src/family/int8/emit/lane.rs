@@ -292,6 +292,20 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // close, so a block pays one add per output vector instead of a
     // conversion and an FMA (and no scale loads).
     let group_int = group_int(&p.spec, isa);
+    let form = int_scale_form(&p.spec, isa);
+    let neg_init = offset_in_init(&p.spec, isa);
+    // The activation sum of part `h` of a block of row `r`: per half with
+    // per-16 scales.
+    let sum_at = |r: usize, h: usize| {
+        let row = lit(r);
+        match p.spec.sums_per_block() {
+            1 => quote! { #row * ldb },
+            n => {
+                let (n, h) = (lit(n), lit(h));
+                quote! { #row * ldb * #n + #h }
+            }
+        }
+    };
     let fold_of = |h: usize| {
         if group_int {
             return group_fold(p, isa, rows);
@@ -316,15 +330,8 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             if !grouped {
                 fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
             }
-            if isa.removes_offset(&p.spec) || mins {
-                // The sum of this part of the block: per half with per-16 scales.
-                let at = match p.spec.sums_per_block() {
-                    1 => quote! { #row * ldb },
-                    n => {
-                        let (n, h) = (lit(n), lit(h));
-                        quote! { #row * ldb * #n + #h }
-                    }
-                };
+            if (isa.removes_offset(&p.spec) && !neg_init) || mins {
+                let at = sum_at(r, h);
                 fold.extend(quote! { let #c = ops::splati(xc.add(#at)); });
             }
             if mins {
@@ -346,6 +353,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 };
                 let sum = match (p.spec.bits(), isa.signed_nibbles) {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
+                    // The offset term came in with the accumulator's start.
+                    (5 | 6 | 8, _) if neg_init => quote! { #i },
+                    (1 | 2 | 4, _) if neg_init => dot,
                     (5 | 6 | 8, _) if isa.removes_offset(&p.spec) => {
                         quote! { ops::subi(#i, #c) }
                     }
@@ -372,7 +382,6 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         fold
     };
     halves.push(block);
-    let form = int_scale_form(&p.spec, isa);
     if form.is_some() && matches!(p.spec.bits(), 5 | 6) {
         // `dot2_sc` sums into `sa`: no per-part accumulators.
         zero = TokenStream::new();
@@ -398,6 +407,23 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         // Packed halves: half 1 sums on top of half 0's parked dot.
         let zero = if packed && h > 0 {
             TokenStream::new()
+        } else if neg_init {
+            // Each row's `-offset * sum(x)` once, the start of every
+            // column group's accumulator (high nibbles still from 0).
+            let mut z = TokenStream::new();
+            for r in 0..rows {
+                let (nc, at) = (format_ident!("nc_{}", r), sum_at(r, h));
+                z.extend(quote! { let #nc = ops::subi(ops::zero_i(), ops::splati(xc.add(#at))); });
+                for t in 0..t_sub {
+                    let i = iv(r, t);
+                    z.extend(quote! { let mut #i = #nc; });
+                    if hi16 {
+                        let j = jv(r, t);
+                        z.extend(quote! { let mut #j = ops::zero_i(); });
+                    }
+                }
+            }
+            z
         } else {
             zero.clone()
         };
@@ -779,6 +805,22 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     }
 }
 
+/// Whether `spec`'s kernels on `isa` remove the format's offset term by
+/// starting each block accumulator at the row's `-offset * sum(x)` (one
+/// negation per row and part, shared by its column groups) instead of one
+/// subtraction per row, column group and part at the fold: offset formats
+/// without mins on ISAs whose block accumulators are i32 lanes (maddubs'
+/// i16 pair sums cannot hold the term), outside the group-sum and
+/// integer-sub-scale kernels, which remove it their own way.
+pub(crate) fn offset_in_init(spec: &I8Spec, isa: &I8Isa) -> bool {
+    !isa.pair_sums_i16
+        && isa.removes_offset(spec)
+        && !spec.mins()
+        && !group_int(spec, isa)
+        && int_scale_form(spec, isa).is_none()
+        && crate::family::int8::emit::micro::lane_isa(isa)
+}
+
 /// Whether `spec`'s scaled pair dots on `isa` sum a half block's i16 pair
 /// sums before they widen them ([`pair_dots`]): maddubs ISAs and 5-bit
 /// levels, whose four maddubs per half add up to at most
@@ -1014,7 +1056,7 @@ pub(crate) fn unpack_fn(p: &MicroSpec, isa: &I8Isa) -> TokenStream {
 mod tests {
     use super::*;
     use crate::family::int8::emit::micro::int_scales;
-    use crate::family::int8::isa::{AVX2, AVX512VNNI, AVXVNNI, DOTPROD};
+    use crate::family::int8::isa::{AVX2, AVX512VNNI, AVXVNNI, DOTPROD, PORTABLE};
     use crate::family::int8::plan::I8Tile;
     use crate::family::int8::spec::I8Spec;
     use crate::spec::Op;
@@ -1129,8 +1171,22 @@ mod tests {
                     "ops :: dot2_u"
                 };
                 assert_eq!(n(dot), 4 * 2 * rows, "{} {dot}", isa.name);
-                let subs = if int { 0 } else { 2 * 2 * rows };
+                // The offset: per half and row one negated sum that starts
+                // both column groups' accumulators (`offset_in_init`), or
+                // one subtraction per column group.
+                let neg = offset_in_init(&spec, isa);
+                let subs = match (int, neg) {
+                    (true, _) => 0,
+                    (false, true) => 2 * rows,
+                    (false, false) => 2 * 2 * rows,
+                };
                 assert_eq!(n("ops :: subi"), subs, "{} subi", isa.name);
+                assert_eq!(
+                    n("let mut i_0_1 = nc_0"),
+                    if neg { 2 } else { 0 },
+                    "{}",
+                    isa.name
+                );
                 for h in (0..2).filter(|_| !int) {
                     let at = format!("xc . add ({} * ldb * 2 + {h})", rows - 1);
                     assert!(k.contains(&at), "{} {at}", isa.name);
@@ -1520,9 +1576,62 @@ mod tests {
         assert!(!has(&q5k, "dot2_sc") && !has(&q4k, "dot2_sc"));
     }
 
+    /// Offset formats on the i32-accumulating lane ISAs start each block
+    /// accumulator at the row's negated offset sum: per row and part one
+    /// `subi` of the broadcast sum from zero, which every column group's
+    /// accumulator takes, and no subtraction at the fold. Not on AVX2
+    /// (i16 pair sums), not for formats with mins, group sums (TQ) or
+    /// integer sub-scales, not on the pair layouts.
+    #[test]
+    fn offset_terms_start_the_accumulators() {
+        let mut kernels = 0;
+        for isa in [&AVX512VNNI, &AVXVNNI, &DOTPROD, &PORTABLE] {
+            for (tag, parts) in [("q5_0", 1), ("q3_k", 2), ("q6_k", 2), ("q8_0", 1)] {
+                let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+                if !isa.removes_offset(&spec) {
+                    assert!(!offset_in_init(&spec, isa), "{} {tag}", isa.name);
+                    continue;
+                }
+                assert!(offset_in_init(&spec, isa), "{} {tag}", isa.name);
+                kernels += 1;
+                let (rows, t_sub) = (3, 2);
+                let k = emitted(isa, tag, t_sub, rows);
+                let n = |pat: &str| k.matches(pat).count();
+                let what = format!("{} {tag}", isa.name);
+                assert_eq!(
+                    n("ops :: subi (ops :: zero_i () , ops :: splati (xc"),
+                    rows * parts,
+                    "{what}"
+                );
+                assert_eq!(n("ops :: subi"), rows * parts, "{what}");
+                for r in 0..rows {
+                    for t in 0..t_sub {
+                        let init = format!("let mut i_{r}_{t} = nc_{r}");
+                        assert_eq!(n(&init), parts, "{what} {init}");
+                    }
+                }
+            }
+        }
+        // Q5_0's and Q6_K's unsigned levels on all four, Q3_K's but on
+        // dotprod (signed nibbles there), Q8_0's `level + 128` on the two
+        // u8-dot ISAs.
+        assert_eq!(kernels, 13);
+        for tag in [
+            "q5_0", "q3_k", "q6_k", "q8_0", "q4_1", "q4_k", "tq2_0", "iq4_nl",
+        ] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(!offset_in_init(&spec, &AVX2), "avx2 {tag}");
+        }
+        for tag in ["q4_1", "q5_1", "q4_k", "tq2_0", "tq1_0"] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
+            assert!(!offset_in_init(&spec, &AVX512VNNI), "avx512vnni {tag}");
+        }
+    }
+
     /// GEMV on plain nibbles over vpdpbusd: high nibbles masked in place
     /// into accumulators of their own (fenced with the low ones), joined
-    /// once per block before the offset comes off; GEMM, AVX2 and codebook
+    /// once per block to the low ones, which started at the offset term;
+    /// GEMM, AVX2 and codebook
     /// nibbles keep the shift and one accumulator. The AVX-VNNI kernels get
     /// no other check, where no CPU runs them.
     #[test]
@@ -1550,8 +1659,14 @@ mod tests {
                     let join = format!("ops :: join_hi (i_0_{t} , j_0_{t})");
                     assert_eq!(k.matches(&join).count(), halves, "{} {tag}", isa.name);
                 }
+                // The offset came in with the low accumulator's start.
+                assert!(
+                    !k.contains("ops :: subi (ops :: join_hi"),
+                    "{} {tag}",
+                    isa.name
+                );
                 assert_eq!(
-                    k.contains("ops :: subi (ops :: join_hi"),
+                    k.contains("let mut i_0_2 = nc_0"),
                     offset,
                     "{} {tag}",
                     isa.name
