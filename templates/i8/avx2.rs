@@ -326,18 +326,21 @@ pub unsafe fn sub_mins(p: *const u16) -> I {
     _mm256_srli_epi16::<4>(_mm256_cvtepu8_epi16(_mm_loadu_si128(p as *const __m128i)))
 }
 
-/// The row's two half-block activation sums (two i32, each `2^S` times a
-/// sum within 16 * 127: the activations carry an offset format's offset)
-/// divided by `2^S`, as an i16 pair in every lane (half 0 low).
+/// The row's two adjacent activation sums (two i32: a block's two
+/// half-block sums, each `2^S` times a sum within 16 * 127 where the
+/// activations carry an offset format's offset; or two blocks' sums within
+/// 32 * 127, `S` = 0) divided by `2^S`, as an i16 pair in every lane (the
+/// first low).
 #[inline(always)]
 pub unsafe fn sum_pair<const S: i32>(p: *const i32) -> I {
     let v = _mm256_srai_epi32::<S>(_mm256_set1_epi64x((p as *const i64).read_unaligned()));
     _mm256_packs_epi32(v, v)
 }
 
-/// acc + per-lane sum of the products of `a`'s and `b`'s i16 pairs: a half
-/// block's pair sums (at most 4 * 2 * 3 * 127) times its scale levels
-/// (below 16), or the min levels times the half sums.
+/// acc + per-lane sum of the products of `a`'s and `b`'s i16 pairs: a
+/// part's pair sums (at most 31496) times its scale codes (|s| <= 63), or
+/// min codes or offset terms (|v| <= 4096) times a pair of activation sums
+/// (at most 32 * 127): each call adds less than 2^27, far inside i32.
 #[inline(always)]
 pub unsafe fn scaled_sum(acc: I, a: I, b: I) -> I {
     _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))

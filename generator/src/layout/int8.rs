@@ -191,9 +191,11 @@ impl I8Layout {
     /// The same geometry with the format's integer sub-scales kept as
     /// they are, where it has them and `on`
     /// ([`crate::format::row::IntSubScales`]): per column and block two
-    /// entries, the bytes of its two 16-value sub-blocks (scale level low
-    /// nibble, min level high), then one f16 holding the super-block's `d`
-    /// in its first block, `-dmin` in its second and 0 in the others (the
+    /// entries, the block's two sub-scale bytes (Q2_K: each 16-value
+    /// half's scale and min nibbles; Q6_K: each half's i8 scale; Q4_K /
+    /// Q5_K: the 6-bit scale code, then the min code), then one f16 holding
+    /// the super-block's `d` in its first block, `-dmin` (signed: `-d`) in
+    /// its second and 0 in the others (the
     /// K-quants' super-block is the kernels' activation scale group, so a
     /// kernel finds both through the group's first block).
     pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
@@ -202,8 +204,9 @@ impl I8Layout {
         // every K block must start a super-block.
         let group = QK * self.format.format().int8.map_or(1, |r| r.act_group);
         assert!(
-            !self.int_scales || self.m_b.is_multiple_of(group),
-            "integer sub-scales need K blocks of whole {group}-value super-blocks"
+            !self.int_scales
+                || (self.m_b.is_multiple_of(group) && self.k_pad.is_multiple_of(group)),
+            "integer sub-scales need K and its blocks in whole {group}-value super-blocks"
         );
         self
     }

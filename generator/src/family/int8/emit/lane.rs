@@ -716,14 +716,18 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
 /// and column group one `min_pair` of their min levels (entry 0 of each),
 /// and per row one madd of it against the pair's activation sums, so the
 /// mins cost no register through the group and half the madds of one per
-/// block. The groups are whole super-blocks (the layout's K blocks start
-/// at one and K is a multiple of it), so every pair is in range.
+/// block. The groups are whole super-blocks (`I8Layout::int_sub_scales`
+/// asserts that K and its blocks are whole super-blocks), so every pair is
+/// in range: these kernels never see the shorter last group other
+/// kernels allow.
 fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let group = p.spec.act_group();
     assert!(
-        group.is_multiple_of(2) && p.spec.format.super_block == 32 * group,
-        "{}: min pairs need whole super-blocks of an even number of blocks",
+        group.is_multiple_of(2)
+            && p.spec.format.super_block == 32 * group
+            && p.spec.sums_per_block() == 1,
+        "{}: min pairs need whole super-blocks of an even number of blocks, one sum each",
         p.spec.format_tag()
     );
     // A block is 2 TW entries of the scale stream.
