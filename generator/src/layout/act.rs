@@ -50,6 +50,16 @@ pub struct ActFormat {
 }
 
 impl ActFormat {
+    /// Rows of levels stored for `m` activation rows: `m`, or with row
+    /// pairs `m` rounded up to even (an odd last row is paired with zeros).
+    pub fn stored_rows(&self, m: usize) -> usize {
+        if self.row_pairs {
+            m.next_multiple_of(2)
+        } else {
+            m
+        }
+    }
+
     /// Plain row order and scales for weights of `format`.
     pub fn plain(format: GgmlType) -> ActFormat {
         ActFormat {
@@ -146,7 +156,7 @@ pub fn quantize_with(
 ) {
     assert!(x.len() >= m * k && k <= k_pad && k_pad.is_multiple_of(QK));
     let blocks = k_pad / QK;
-    let rows = if fmt.row_pairs { m.div_ceil(2) * 2 } else { m };
+    let rows = fmt.stored_rows(m);
     let d_per_row = if fmt.row_pairs { 2 } else { 1 };
     let sums = fmt.sums;
     // Every value of rows 0..m is written below, so the buffers are resized

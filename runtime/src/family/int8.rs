@@ -252,12 +252,9 @@ impl Int8Matrix {
         };
         // The padded K too: it depends on the format's block (32, or 256
         // for super-block formats), and the kernels read whole rows of it.
-        let rows = input.m;
-        let k_pad = self.layout.k_pad;
         input.k == self.layout.k
             && input.fmt == self.act_format(input.m)
-            && input.xa.q.len()
-                == rows.next_multiple_of(1 + usize::from(input.fmt.row_pairs)) * k_pad
+            && input.xa.q.len() == input.fmt.stored_rows(input.m) * self.layout.k_pad
             && same_perm
             && (self.group_mins.is_none() || input.sums.len() == input.m * self.layout.k_pad / QK)
     }

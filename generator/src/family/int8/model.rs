@@ -71,9 +71,7 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // (`i16_half_blocks`); the part's scales stay live.
         let halves = crate::family::int8::emit::lane::i16_half_blocks(spec, isa);
         (1 + usize::from(halves)) * tile.t_sub * tile.m_r + tile.t_sub
-    } else if crate::family::int8::emit::micro::int_scale_form(spec, isa)
-        .is_some_and(|f| f.kind == crate::format::row::SubScaleKind::ScaleMin)
-    {
+    } else if crate::family::int8::emit::lane::late_mins(spec, isa) {
         // The block's i16 pair sums and the super-block's scaled sums (the
         // mins go in at the group's close, through no register of the loop).
         2 * tile.t_sub * tile.m_r

@@ -643,7 +643,7 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
     let mins = p.spec.mins();
     let packed = packed_halves(&p.spec, isa);
     let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
-    let late_mins = int_scale_form(&p.spec, isa).is_some_and(|f| f.kind == SubScaleKind::ScaleMin);
+    let late_mins = late_mins(&p.spec, isa);
     if late_mins {
         open.extend(quote! { let xcg = xc; });
         close.extend(late_min_sums(p, rows));
@@ -709,6 +709,13 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
         (32, 1),
         Some(group),
     )
+}
+
+/// Whether `spec`'s kernels on `isa` keep a scale and min code per 32
+/// values ([`SubScaleKind::ScaleMin`]) and so add the mins at the group's
+/// close ([`late_min_sums`]), not in the block loop.
+pub(crate) fn late_mins(spec: &I8Spec, isa: &I8Isa) -> bool {
+    int_scale_form(spec, isa).is_some_and(|f| f.kind == SubScaleKind::ScaleMin)
 }
 
 /// The group's min sums `sm` of a kernel with a scale and min per 32
@@ -877,8 +884,7 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
                 let #hi = ops::hb_hi::<#gl>(#wv, #h);
             });
         }
-        let halves = form.is_some() && i16_half_blocks(&p.spec, isa);
-        block.extend(pair_dots(isa, rows, t_sub, g, form.is_some(), halves));
+        block.extend(pair_dots(&p.spec, isa, rows, t_sub, g, form.is_some()));
     }
     block
 }
@@ -889,18 +895,19 @@ fn five_bit_block(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
 /// block), then the fence: into its i32 sums (`dot2_u`), or with `scaled`
 /// (a kernel that keeps integer sub-scales, [`int_scales`]) widened by the
 /// part's scale levels `sv_{t}` (`dot2_sc`) straight into the super-block
-/// sums `sa`. With `i16_halves` ([`i16_half_blocks`]) the i16 pair sums
+/// sums `sa`. Where [`i16_half_blocks`] holds, the scaled i16 pair sums
 /// run over two level pairs (a half block, `pair_acc` into `i`) before
 /// one `scaled_sum` widens them into `sa`: 2 fewer ops per block, row and
 /// column group (5-bit GEMM on Zen 5's AVX2: m=32 263 to 292 GFLOPS).
 fn pair_dots(
+    spec: &I8Spec,
     isa: &I8Isa,
     rows: usize,
     t_sub: usize,
     g: usize,
     scaled: bool,
-    i16_halves: bool,
 ) -> TokenStream {
+    let i16_halves = scaled && i16_half_blocks(spec, isa);
     let mut out = TokenStream::new();
     for r in 0..rows {
         let (xl, xh) = (format_ident!("xl_{}", r), format_ident!("xh_{}", r));
@@ -998,8 +1005,7 @@ fn level_parts(
                 block.extend(quote! { let #q = #l; });
             }
         }
-        let halves = form.is_some() && i16_half_blocks(&p.spec, isa);
-        block.extend(pair_dots(isa, rows, t_sub, k, form.is_some(), halves));
+        block.extend(pair_dots(&p.spec, isa, rows, t_sub, k, form.is_some()));
     }
     parts
 }
