@@ -114,6 +114,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let mut block = TokenStream::new();
     let scales_per_block = p.spec.scales_per_block();
     let hi16 = masked_high_nibbles(&p.spec, isa);
+    // The masked high nibbles' own accumulators start at zero whatever the
+    // low ones start at.
+    let mut zero_hi = TokenStream::new();
     let mut halves: Vec<TokenStream> = Vec::new();
     if scratch_levels(&p.spec, isa) {
         // Levels the driver unpacked: value chunk `v` of column group `t`
@@ -195,7 +198,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             for r in 0..rows {
                 for t in 0..t_sub {
                     let j = jv(r, t);
-                    zero.extend(quote! { let mut #j = ops::zero_i(); });
+                    zero_hi.extend(quote! { let mut #j = ops::zero_i(); });
                 }
             }
         }
@@ -417,15 +420,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 for t in 0..t_sub {
                     let i = iv(r, t);
                     z.extend(quote! { let mut #i = #nc; });
-                    if hi16 {
-                        let j = jv(r, t);
-                        z.extend(quote! { let mut #j = ops::zero_i(); });
-                    }
                 }
             }
-            z
+            quote! { #z #zero_hi }
         } else {
-            zero.clone()
+            quote! { #zero #zero_hi }
         };
         body.extend(quote! { #zero #part #fold });
     }

@@ -90,16 +90,16 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                     32 / p.spec.scales_per_block(),
                     if isa.signed_levels(&p.spec) {
                         " (read as signed nibbles, 8 d added back with the min)"
-                    } else if let Some(f) =
-                        crate::family::int8::emit::micro::int_scale_form(&p.spec, &isa)
-                    {
-                        if f.kind == SubScaleKind::ScaleMin {
-                            " (kept as 6-bit integers under the super-block's f16 d and dmin)"
-                        } else {
-                            " (kept as 4-bit integers under the super-block's f16 d and dmin)"
-                        }
                     } else {
-                        ""
+                        match crate::family::int8::emit::micro::int_scale_form(&p.spec, &isa) {
+                            Some(f) if f.kind == SubScaleKind::ScaleMin => {
+                                " (kept as 6-bit integers under the super-block's f16 d and dmin)"
+                            }
+                            Some(_) => {
+                                " (kept as 4-bit integers under the super-block's f16 d and dmin)"
+                            }
+                            None => "",
+                        }
                     }
                 )
             } else if p.spec.bits() == 5 {
