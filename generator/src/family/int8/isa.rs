@@ -64,7 +64,8 @@ pub struct I8Isa {
     /// LLVM otherwise hoists the next chunks' loads (and their unpacking)
     /// until it spills (`generator/examples/spills.rs` on x86-64-v4-vnni: iq4_nl
     /// 8x16 72 stack accesses without, 0 with). On AVX2 it costs more than
-    /// it saves (iq4_nl 4x8: 2 without, 18 with).
+    /// it saves (iq4_nl 4x8: 2 without, 18 with). Not in the K-quant and
+    /// TQ GEMVs ([`crate::family::int8::emit::lane::fences_pointers`]).
     pub fence_pointers: bool,
     /// Count one more register per weight vector a signed dot (`dot_s`:
     /// 8-bit and codebook levels) reads: x86 has no signed x signed byte

@@ -37,12 +37,19 @@ fn bcast(isa: &I8Isa, row: usize, off: usize) -> TokenStream {
 /// its op count. With all accumulators in one fence, chunk `g` of every row
 /// is summed before chunk `g + 1` of any, the order the kernel is written in.
 /// The fence emits no instruction (`#` starts an assembler comment).
-fn fence(isa: &I8Isa, rows: usize, t_sub: usize) -> TokenStream {
-    fence_of(isa, rows, t_sub, &["i"])
+fn fence(isa: &I8Isa, spec: &I8Spec, rows: usize, t_sub: usize) -> TokenStream {
+    fence_of(isa, spec, rows, t_sub, &["i"])
 }
 
-/// [`fence`] over the accumulators `{prefix}_{r}_{t}` of every prefix.
-fn fence_of(isa: &I8Isa, rows: usize, t_sub: usize, prefixes: &[&str]) -> TokenStream {
+/// [`fence`] over the accumulators `{prefix}_{r}_{t}` of every prefix, and
+/// the pointers where [`fences_pointers`].
+fn fence_of(
+    isa: &I8Isa,
+    spec: &I8Spec,
+    rows: usize,
+    t_sub: usize,
+    prefixes: &[&str],
+) -> TokenStream {
     let Some(class) = isa.fence_class else {
         return TokenStream::new();
     };
@@ -54,16 +61,34 @@ fn fence_of(isa: &I8Isa, rows: usize, t_sub: usize, prefixes: &[&str]) -> TokenS
                 .flat_map(move |r| (0..t_sub).map(move |t| format_ident!("{}_{}_{}", pre, r, t)))
         })
         .collect();
-    let pointers = if isa.fence_pointers {
+    let with_pointers = fences_pointers(isa, spec);
+    let pointers = if with_pointers {
         quote! { inout(reg) w, inout(reg) xq, }
     } else {
         TokenStream::new()
     };
-    let operands = accs.len() + if isa.fence_pointers { 2 } else { 0 };
+    let operands = accs.len() + if with_pointers { 2 } else { 0 };
     let text = (0..operands).fold(String::from("# fence"), |s, n| s + &format!(" {{{n}}}"));
     quote! {
         core::arch::asm!(#text, #(inout(#class) #accs,)* #pointers options(pure, nomem, nostack, preserves_flags));
     }
+}
+
+/// Whether `spec`'s fences on `isa` also take the weight and activation
+/// pointers ([`I8Isa::fence_pointers`]): not in the GEMVs of formats whose
+/// activations share a scale per group of blocks (the K-quants, TQ). Zen 5,
+/// AVX-512 VNNI, 4096x4096, 1 thread, GFLOPS, medians of two sessions'
+/// alternating rounds (8 and 6), fenced to unfenced: Q4_K 309 / 305 to
+/// 326 / 324, Q5_K 234 / 229 to 261 / 256, Q3_K 308 / 297 to 322 / 313;
+/// flat within the rounds' spread: Q6_K 207 / 211 to 225 / 207, Q2_K 396 /
+/// 393 to 393 / 390, TQ1_0 558 to 554, TQ2_0 554 to 551 (one session). The
+/// other GEMVs keep them (one session: Q4_0 356 to 361, Q5_0 288 to 285,
+/// IQ4_NL 358 to 352, Q8_0 191 to 185 without), and Q8_0's 1x128 GEMV
+/// spills without them (0 stack accesses fenced, 20 unfenced,
+/// `generator/examples/spills.rs`; Q5_K's and Q6_K's 1x64 go from 8 and 2
+/// to 14 each, outside what slows them).
+pub(crate) fn fences_pointers(isa: &I8Isa, spec: &I8Spec) -> bool {
+    isa.fence_pointers && !(spec.op == crate::spec::Op::Gemv && spec.act_group() > 1)
 }
 
 /// GEMV on plain 4-bit nibbles where the byte dot is unsigned into i32
@@ -167,7 +192,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                         block.extend(quote! { #i = ops::pair_acc(#i, #q, #x); });
                     }
                 }
-                block.extend(fence(isa, rows, t_sub));
+                block.extend(fence(isa, &p.spec, rows, t_sub));
             }
         }
     } else if p.spec.bits() == 4 {
@@ -247,6 +272,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
             block.extend(fence_of(
                 isa,
+                &p.spec,
                 rows,
                 t_sub,
                 if hi16 { &["i", "j"] } else { &["i"] },
@@ -282,7 +308,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     block.extend(quote! { #i = ops::#dot(#i, #wv, #x); });
                 }
             }
-            block.extend(fence(isa, rows, t_sub));
+            block.extend(fence(isa, &p.spec, rows, t_sub));
         }
     }
     // Fold the block: (dot - bias * sum(x)) * d_x * d_w into the f32 sums.
@@ -950,7 +976,7 @@ fn pair_dots(
         (true, false) => &["sa"],
         _ => &["i"],
     };
-    out.extend(fence_of(isa, rows, t_sub, accs));
+    out.extend(fence_of(isa, spec, rows, t_sub, accs));
     out
 }
 
@@ -1696,8 +1722,9 @@ mod tests {
 
     /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4; 2-bit: one per bit
     /// pair of its 2 chunks, 8) holding every
-    /// accumulator of the tile; the pointers only where the ISA says so;
-    /// none on aarch64, whose dots are `asm!` blocks already.
+    /// accumulator of the tile; the pointers only where the ISA says so, but
+    /// not in K-quant and TQ GEMVs; none on aarch64, whose dots are `asm!`
+    /// blocks already.
     #[test]
     fn fences_hold_every_accumulator_once_per_chunk() {
         for (tag, chunks) in [
@@ -1720,6 +1747,19 @@ mod tests {
             let avx512 = emitted(&AVX512VNNI, tag, 1, 2);
             assert_eq!(avx512.matches("inout (reg) w").count(), chunks, "{tag}");
             assert_eq!(avx512.matches("inout (zmm_reg) i_1_0").count(), chunks);
+            // A K-quant GEMV fences its accumulators only.
+            let gemv = emitted_op(&AVX512VNNI, tag, 2, 1, Op::Gemv);
+            assert_eq!(
+                gemv.matches("inout (zmm_reg) i_0_1").count(),
+                chunks,
+                "{tag}"
+            );
+            let grouped = tag.ends_with("_k") || tag.starts_with("tq");
+            assert_eq!(
+                gemv.matches("inout (reg) w").count(),
+                if grouped { 0 } else { chunks },
+                "{tag} gemv"
+            );
             assert!(!emitted(&DOTPROD, tag, 2, 2).contains("asm !"), "{tag}");
         }
     }
