@@ -323,6 +323,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     let group_int = group_int(&p.spec, isa);
     let form = int_scale_form(&p.spec, isa);
     let neg_init = offset_in_init(&p.spec, isa);
+    // An offset the fold still removes: not one that came in with the
+    // accumulator's start.
+    let removes = isa.removes_offset(&p.spec) && !neg_init;
     // The activation sum of part `h` of a block of row `r`: per half with
     // per-16 scales.
     let sum_at = |r: usize, h: usize| {
@@ -359,7 +362,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             if !grouped {
                 fold.extend(quote! { let #dx = ops::splatf(xd.add(#row * ldb)); });
             }
-            if (isa.removes_offset(&p.spec) && !neg_init) || mins {
+            if removes || mins {
                 let at = sum_at(r, h);
                 fold.extend(quote! { let #c = ops::splati(xc.add(#at)); });
             }
@@ -380,18 +383,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 } else {
                     quote! { ops::block_sum(#i) }
                 };
-                let sum = match (p.spec.bits(), isa.signed_nibbles) {
+                let sum = match p.spec.bits() {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
-                    // The offset term came in with the accumulator's start.
-                    (5 | 6 | 8, _) if neg_init => quote! { #i },
-                    (1 | 2 | 4, _) if neg_init => dot,
-                    (5 | 6 | 8, _) if isa.removes_offset(&p.spec) => {
-                        quote! { ops::subi(#i, #c) }
-                    }
-                    (1 | 2 | 4, _) if isa.removes_offset(&p.spec) => {
-                        quote! { ops::subi(#dot, #c) }
-                    }
-                    (1 | 2 | 4, _) => dot,
+                    5 | 6 | 8 if removes => quote! { ops::subi(#i, #c) },
+                    1 | 2 | 4 if removes => quote! { ops::subi(#dot, #c) },
+                    1 | 2 | 4 => dot,
                     _ => quote! { #i },
                 };
                 // Grouped: the group sum `g`, whose activation scale comes
@@ -1747,7 +1743,8 @@ mod tests {
             let avx512 = emitted(&AVX512VNNI, tag, 1, 2);
             assert_eq!(avx512.matches("inout (reg) w").count(), chunks, "{tag}");
             assert_eq!(avx512.matches("inout (zmm_reg) i_1_0").count(), chunks);
-            // A K-quant GEMV fences its accumulators only.
+            // A K-quant or TQ GEMV fences its accumulators only, the other
+            // GEMVs the pointers too.
             let gemv = emitted_op(&AVX512VNNI, tag, 2, 1, Op::Gemv);
             assert_eq!(
                 gemv.matches("inout (zmm_reg) i_0_1").count(),
