@@ -258,26 +258,31 @@ pub unsafe fn spill6(a: I, b: I, c: I) -> I {
 
 // Integer sub-scales (GGUF Q2_K, `kgen::format::IntSubScales`), kept only
 // in kernels that keep them. vpdpbusd sums in i32, so a block's two
-// 16-value halves share each column's lane as an i16 pair: half 0's dot
-// (within 16 * 3 * 127) parked in the high half, half 1's summed below it
-// over a bias of 2^14 that keeps the low half positive (no borrow from
-// the high one), and one vpdpwssd scales both. A column group's entry 0
-// of a block is 16 u16, one per column: the bytes of its two halves, the
-// scale level in the low nibble, the min level in the high one.
+// 16-value halves sum into accumulators of their own (two dot chains per
+// row and column group) and then share each column's lane as an i16 pair:
+// half 1's dot (within 16 * 3 * 127) in the high half, half 0's in the low
+// one over a bias of 2^14 that keeps it positive (no borrow from the high
+// one), and one vpdpwssd scales both. A column group's entry 0 of a block
+// is 16 u16, one per column: the bytes of its two halves, the scale level
+// in the low nibble, the min level in the high one.
 
-/// Half 0's dot into the high i16 of its lane, the bias below it.
+/// Both halves' dots as one i16 pair per lane: `hi` (half 1) in the high
+/// i16, `lo` (half 0) plus the bias below it.
 #[inline(always)]
-pub unsafe fn park(i: I) -> I {
-    _mm512_add_epi32(_mm512_slli_epi32::<16>(i), _mm512_set1_epi32(1 << 14))
+pub unsafe fn join_halves(lo: I, hi: I) -> I {
+    _mm512_add_epi32(
+        _mm512_slli_epi32::<16>(hi),
+        _mm512_add_epi32(lo, _mm512_set1_epi32(1 << 14)),
+    )
 }
 
-/// Both halves' scale levels as the i16 pair a parked lane dots against:
-/// half 1's low, half 0's high (the bytes widened to i16, the pair swapped
-/// by a rotate, the min nibbles masked off).
+/// Both halves' scale levels as the i16 pair a joined lane dots against,
+/// half 0's low (the bytes widened to i16, the min nibbles masked off: no
+/// rotate, which would take a dot slot on Zen 5).
 #[inline(always)]
 pub unsafe fn sub_pair(p: *const u16) -> I {
     let e = _mm512_cvtepu8_epi16(_mm256_loadu_si256(p as *const __m256i));
-    _mm512_and_si512(_mm512_rol_epi32::<16>(e), _mm512_set1_epi32(0x000F_000F))
+    _mm512_and_si512(e, _mm512_set1_epi32(0x000F_000F))
 }
 
 /// Both halves' min levels as an i16 pair per column lane (half 0 low).
@@ -306,10 +311,10 @@ pub unsafe fn addi(a: I, b: I) -> I {
     _mm512_add_epi32(a, b)
 }
 
-/// What the park's bias added to a group's scaled sums: 2^14 times the
-/// sum of half 1's scale levels, the low i16 of `corr` (a sum of the
+/// What the join's bias added to a group's scaled sums: 2^14 times the
+/// sum of half 0's scale levels, the low i16 of `corr` (a sum of the
 /// group's [`sub_pair`]s, at most 8 * 15 per half).
 #[inline(always)]
-pub unsafe fn unpark(corr: I) -> I {
+pub unsafe fn unbias(corr: I) -> I {
     _mm512_slli_epi32::<14>(_mm512_and_si512(corr, _mm512_set1_epi32(0xFFFF)))
 }

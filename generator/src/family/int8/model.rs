@@ -80,14 +80,13 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // the super-block's two i32 sums (scaled levels, mins). (4x8 would
         // fit 16 registers only with the activation quads reloaded; it
         // measured no faster than 3x8 on Zen 3, 162 against 159 GFLOPS at
-        // m = 128.) Packed halves: and each column group's sum of the
-        // scale levels the park's bias met, and the bias.
-        3 * tile.t_sub * tile.m_r
-            + if crate::family::int8::emit::micro::packed_halves(spec, isa) {
-                tile.t_sub + 1
-            } else {
-                0
-            }
+        // m = 128.) Packed halves: half 1's own i32 sums, each column
+        // group's sum of the scale levels the join's bias met, and the bias.
+        if crate::family::int8::emit::micro::packed_halves(spec, isa) {
+            4 * tile.t_sub * tile.m_r + tile.t_sub + 1
+        } else {
+            3 * tile.t_sub * tile.m_r
+        }
     } else if crate::family::int8::emit::lane::masked_high_nibbles(spec, isa) {
         // And the high nibbles' own i32 accumulators.
         3 * tile.t_sub * tile.m_r

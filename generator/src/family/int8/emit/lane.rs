@@ -166,9 +166,16 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         // field's level with one shuffle (paper 004: per 2-bit chunk 1
         // shift, 2 ands and 4 shuffles).
         let (fields, per_chunk) = (8 / chunks, 32 / chunks);
+        // Packed halves: half 1 into accumulators of its own (`i1`), so
+        // each half is a dot chain of its own, joined after it.
+        let packed = packed_halves(&p.spec, isa);
+        let mut pre = "i";
         for g in 0..chunks {
             if g == chunks / scales_per_block && g > 0 {
                 halves.push(std::mem::take(&mut block));
+                if packed {
+                    pre = "i1";
+                }
             }
             for t in 0..t_sub {
                 let (wv, off) = (format_ident!("w_{}", t), lit((g * t_u + t) * chunk));
@@ -188,11 +195,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     );
                     block.extend(quote! { let #x = #b; });
                     for t in 0..t_sub {
-                        let (i, q) = (iv(r, t), format_ident!("q_{}", t));
+                        let (i, q) = (format_ident!("{pre}_{r}_{t}"), format_ident!("q_{}", t));
                         block.extend(quote! { #i = ops::pair_acc(#i, #q, #x); });
                     }
                 }
-                block.extend(fence(isa, &p.spec, rows, t_sub));
+                block.extend(fence_of(isa, &p.spec, rows, t_sub, &[pre]));
             }
         }
     } else if p.spec.bits() == 4 {
@@ -429,9 +436,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             Some(form) => int_fold(p, isa, form, rows, h, h + 1 == halves.len()),
             None => fold_of(h),
         };
-        // Packed halves: half 1 sums on top of half 0's parked dot.
+        // Packed halves: half 1's own accumulators.
         let zero = if packed && h > 0 {
-            TokenStream::new()
+            (0..rows)
+                .flat_map(|r| (0..t_sub).map(move |t| format_ident!("i1_{r}_{t}")))
+                .map(|i| quote! { let mut #i = ops::zero_i(); })
+                .collect()
         } else if neg_init {
             // Each row's `-offset * sum(x)` once, the start of every
             // column group's accumulator (high nibbles still from 0).
@@ -537,11 +547,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
 /// scales, which times the offset remove it. The stream's entry 0 of the
 /// block holds the column group's sub-scale bytes.
 ///
-/// With packed halves ([`packed_halves`]) half 0's i32 dots are parked in
-/// the high i16 of their lanes instead (`park`), half 1 sums on top, and
-/// after it one vpdpwssd per row and column group scales both halves
-/// (`sub_pair`: half 1's scale level low, half 0's high); `corr_{t}` adds
-/// up the scale levels the park's bias met, for the group's close.
+/// With packed halves ([`packed_halves`]) the halves' i32 dots, summed in
+/// accumulators of their own (`i`, `i1`), are joined into one i16 pair per
+/// lane after half 1 instead (`join_halves`: half 0 low, over a bias), and
+/// one vpdpwssd per row and column group scales both (`sub_pair`: half 0's
+/// scale level low); `corr_{t}` adds up the scale levels the bias met, for
+/// the group's close.
 fn int_fold(
     p: &MicroSpec,
     isa: &I8Isa,
@@ -555,13 +566,15 @@ fn int_fold(
     let mut fold = TokenStream::new();
     let packed = packed_halves(&p.spec, isa);
     if packed && !last {
+        return fold;
+    }
+    if packed {
         for r in 0..rows {
             for t in 0..t_sub {
-                let i = format_ident!("i_{}_{}", r, t);
-                fold.extend(quote! { #i = ops::park(#i); });
+                let (i, i1) = (format_ident!("i_{r}_{t}"), format_ident!("i1_{r}_{t}"));
+                fold.extend(quote! { #i = ops::join_halves(#i, #i1); });
             }
         }
-        return fold;
     }
     // 5- and 6-bit levels took their scales in `dot2_sc` already; the
     // others fold each part's sums here.
@@ -672,10 +685,10 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
     for t in 0..t_sub {
         let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
         if packed {
-            // The park's bias times half 1's scale levels, per column.
+            // The join's bias times half 0's scale levels, per column.
             let (cv, cb) = (format_ident!("corr_{}", t), format_ident!("cb_{}", t));
             open.extend(quote! { let mut #cv = ops::zero_i(); });
-            close.extend(quote! { let #cb = ops::unpark(#cv); });
+            close.extend(quote! { let #cb = ops::unbias(#cv); });
         }
         // Entry 1 of block 0, and of block 1 (a block is 2 TW entries).
         let (d_at, m_at) = (lit(tw + t * l), lit(3 * tw + t * l));
@@ -1357,11 +1370,12 @@ mod tests {
     }
 
     /// Q2_K on AVX-512 VNNI keeps its integer sub-scales with the halves
-    /// packed: per row and column group one park after half 0 and, after
-    /// half 1, one `scaled_sum` for both halves' scales and one for the
-    /// mins; per column group one `sub_pair` (half 1's levels low) whose
-    /// sum the close takes back off (`unpark`). No per-half shuffle, no f16
-    /// scale per half. Q6_K (signed) and the 5- and 6-bit formats keep f16.
+    /// packed: each half sums into accumulators of its own (`i`, `i1`),
+    /// joined per row and column group after half 1 into one i16 pair, then
+    /// one `scaled_sum` for both halves' scales and one for the mins; per
+    /// column group one `sub_pair` (half 0's levels low) whose sum the close
+    /// takes back off (`unbias`). No per-half shuffle, no f16 scale per
+    /// half. Q6_K (signed) and the 5- and 6-bit formats keep f16.
     #[test]
     fn q2_k_on_avx512vnni_packs_both_halves_into_one_scaled_sum() {
         for (op, t_sub, rows) in [
@@ -1374,26 +1388,40 @@ mod tests {
             let p = on_tile(&AVX512VNNI, spec, 4, t_sub, rows);
             let k = micro_kernel(&p, &AVX512VNNI, rows).to_string();
             let n = |pat: &str| k.matches(pat).count();
-            assert_eq!(n("ops :: park"), rows * t_sub);
+            assert_eq!(n("ops :: join_halves"), rows * t_sub);
             assert_eq!(n("ops :: sub_pair"), t_sub);
             assert_eq!(n("ops :: addi"), t_sub);
-            assert_eq!(n("ops :: unpark"), t_sub);
+            assert_eq!(n("ops :: unbias"), t_sub);
             assert_eq!(n("ops :: sub_mins"), t_sub);
             assert_eq!(n("ops :: sum_pair :: < 0 >"), rows);
             assert_eq!(n("ops :: scaled_sum"), 2 * rows * t_sub);
             assert_eq!(n("ops :: pair_acc"), 8 * rows * t_sub);
-            // Half 1 sums on top of the parked half 0: one zeroing per block.
-            // (i, and the group's sa, sm and per column group corr.)
-            assert_eq!(n("= ops :: zero_i ()"), 3 * rows * t_sub + t_sub);
+            // Four dots per row and column group into each half's own
+            // accumulator, and nothing else into either.
+            for r in 0..rows {
+                for t in 0..t_sub {
+                    for (pre, other) in [("i", "i1"), ("i1", "i")] {
+                        let acc = format!("{pre}_{r}_{t} = ops :: pair_acc ({pre}_{r}_{t} ,");
+                        assert_eq!(n(&acc), 4, "{pre}_{r}_{t}");
+                        let mixed = format!("{pre}_{r}_{t} = ops :: pair_acc ({other}_{r}_{t} ,");
+                        assert_eq!(n(&mixed), 0, "{mixed}");
+                    }
+                    let join = format!("i_{r}_{t} = ops :: join_halves (i_{r}_{t} , i1_{r}_{t})");
+                    assert_eq!(n(&join), 1, "{join}");
+                }
+            }
+            // Both halves' accumulators zeroed per block (i, i1), and the
+            // group's sa, sm and per column group corr.
+            assert_eq!(n("= ops :: zero_i ()"), 4 * rows * t_sub + t_sub);
             assert!(!k.contains("sub_scale") && !k.contains("block_sum"));
             assert_eq!(n("ops :: scales"), 2 * t_sub);
-            // Nothing zeroes an accumulator between the park and the scaled
-            // sum that reads half 1 on top of it.
-            let parked = k.find("ops :: park (").expect("a park");
-            let scaled = parked + k[parked..].find("ops :: scaled_sum").expect("a scaled sum");
-            let between = &k[parked..scaled];
-            assert!(!between.contains("zero_i"), "{between}");
-            assert_eq!(between.matches("ops :: pair_acc").count(), 4 * rows * t_sub);
+            // Half 1's dots come after the last of half 0's and before the
+            // join; the join before the scaled sum that reads it.
+            let first_i1 = k.find("i1_0_0 = ops :: pair_acc").expect("half 1");
+            let last_i = k.rfind("i_0_0 = ops :: pair_acc").expect("half 0");
+            let join = k.find("ops :: join_halves").expect("a join");
+            let scaled = k.find("ops :: scaled_sum").expect("a scaled sum");
+            assert!(last_i < first_i1 && first_i1 < join && join < scaled);
         }
         for tag in ["q6_k", "q4_k", "q3_k", "q5_k"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
@@ -1717,8 +1745,8 @@ mod tests {
     }
 
     /// One fence per chunk (8-bit: 8, 4- and 5-bit: 4; 2-bit: one per bit
-    /// pair of its 2 chunks, 8) holding every
-    /// accumulator of the tile; the pointers only where the ISA says so, but
+    /// pair of its 2 chunks, 8) holding every accumulator of the tile (Q2_K
+    /// on AVX-512: the half's own); the pointers only where the ISA says so, but
     /// not in K-quant and TQ GEMVs; none on aarch64, whose dots are `asm!`
     /// blocks already.
     #[test]
@@ -1740,17 +1768,25 @@ mod tests {
                 }
             }
             assert!(!avx2.contains("inout (reg) w"), "{tag} avx2");
+            // Q2_K's packed halves: half 1's chunks fence its own `i1`.
+            let (half0, half1) = if tag == "q2_k" {
+                (chunks / 2, chunks / 2)
+            } else {
+                (chunks, 0)
+            };
             let avx512 = emitted(&AVX512VNNI, tag, 1, 2);
             assert_eq!(avx512.matches("inout (reg) w").count(), chunks, "{tag}");
-            assert_eq!(avx512.matches("inout (zmm_reg) i_1_0").count(), chunks);
+            assert_eq!(avx512.matches("inout (zmm_reg) i_1_0").count(), half0);
+            assert_eq!(avx512.matches("inout (zmm_reg) i1_1_0").count(), half1);
             // A K-quant or TQ GEMV fences its accumulators only, the other
             // GEMVs the pointers too.
             let gemv = emitted_op(&AVX512VNNI, tag, 2, 1, Op::Gemv);
             assert_eq!(
                 gemv.matches("inout (zmm_reg) i_0_1").count(),
-                chunks,
+                half0,
                 "{tag}"
             );
+            assert_eq!(gemv.matches("inout (zmm_reg) i1_0_1").count(), half1);
             let grouped = tag.ends_with("_k") || tag.starts_with("tq");
             assert_eq!(
                 gemv.matches("inout (reg) w").count(),

@@ -47,7 +47,7 @@ const INT_SCALE_MIN_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "scale_byte", "mi
 const GROUP_INT_ITEMS: &[&str] = &["addi"];
 /// The nibble form's on ISAs that pack a block's halves
 /// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
-const INT_PACKED_ITEMS: &[&str] = &["park", "sub_pair", "sub_mins", "addi", "unpark"];
+const INT_PACKED_ITEMS: &[&str] = &["join_halves", "sub_pair", "sub_mins", "addi", "unbias"];
 const INT_SIGNED_ITEMS: &[&str] = &[
     "SUB_CTL_S",
     "sub_pair_s",
