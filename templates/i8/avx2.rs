@@ -129,6 +129,23 @@ pub unsafe fn crumb<const S: i32>(w: I) -> I {
     _mm256_and_si256(_mm256_srli_epi16::<S>(w), _mm256_set1_epi8(3))
 }
 
+/// The odd bit pairs of a 2-bit layout's bytes (`S` = 2 or 6) in place, as
+/// `4 q` (one mask where [`crumb`] takes a shift and a mask; `S` = 6 shares
+/// its shift by 4 with `crumb::<4>`): dotted into accumulators of their own,
+/// scaled back by [`join_crumbs`].
+#[inline(always)]
+pub unsafe fn crumb_hi<const S: i32>(w: I) -> I {
+    let w = if S == 2 { w } else { _mm256_srli_epi16::<4>(w) };
+    _mm256_and_si256(w, _mm256_set1_epi8(0x0C))
+}
+
+/// `acc` plus the `4 q` pair sums of [`crumb_hi`] scaled back (exact: each
+/// is a multiple of 4).
+#[inline(always)]
+pub unsafe fn join_crumbs(acc: I, hi4: I) -> I {
+    _mm256_add_epi16(acc, _mm256_srai_epi16::<2>(hi4))
+}
+
 /// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.
 #[inline(always)]
 pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {
