@@ -129,18 +129,23 @@ pub unsafe fn crumb<const S: i32>(w: I) -> I {
     _mm256_and_si256(_mm256_srli_epi16::<S>(w), _mm256_set1_epi8(3))
 }
 
-/// The odd bit pairs of a 2-bit layout's bytes (`S` = 2 or 6) in place, as
-/// `4 q` (one mask where [`crumb`] takes a shift and a mask; `S` = 6 shares
-/// its shift by 4 with `crumb::<4>`): dotted into accumulators of their own,
-/// scaled back by [`join_crumbs`].
+/// maddubs' weight operand for bit pair 1 of a 2-bit layout's bytes,
+/// masked in place: `4 q`, at most 12, so a pair sum stays within
+/// 2 * 12 * 127 (see the emitter's `I16_CRUMB_BLOCKS`).
 #[inline(always)]
-pub unsafe fn crumb_hi<const S: i32>(w: I) -> I {
-    let w = if S == 2 { w } else { _mm256_srli_epi16::<4>(w) };
+pub unsafe fn crumb1_x4(w: I) -> I {
     _mm256_and_si256(w, _mm256_set1_epi8(0x0C))
 }
 
-/// `acc` plus the `4 q` pair sums of [`crumb_hi`] scaled back (exact: each
-/// is a multiple of 4).
+/// Bit pair 3's, the same way after the shift by 4 `crumb::<4>` shares.
+#[inline(always)]
+pub unsafe fn crumb3_x4(w: I) -> I {
+    _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x0C))
+}
+
+/// Block pair sums `acc` plus the i16 `4 q` pair sums of [`crumb1_x4`]
+/// and [`crumb3_x4`], divided by 4 (an arithmetic shift: exact, as every
+/// such sum is a multiple of 4).
 #[inline(always)]
 pub unsafe fn join_crumbs(acc: I, hi4: I) -> I {
     _mm256_add_epi16(acc, _mm256_srai_epi16::<2>(hi4))

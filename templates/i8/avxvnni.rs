@@ -110,6 +110,28 @@ pub unsafe fn crumb<const S: i32>(w: I) -> I {
     _mm256_and_si256(_mm256_srli_epi16::<S>(w), _mm256_set1_epi8(3))
 }
 
+/// Bit pair 1 of a 2-bit layout's bytes in place, as `4 q` (one mask
+/// where `crumb::<2>` takes a shift and a mask): dotted into accumulators
+/// of their own, scaled back by [`join_crumbs`].
+#[inline(always)]
+pub unsafe fn crumb1_x4(w: I) -> I {
+    _mm256_and_si256(w, _mm256_set1_epi8(0x0C))
+}
+
+/// Bit pair 3 likewise, as `4 q`, after the shift by 4 that `crumb::<4>`
+/// makes too.
+#[inline(always)]
+pub unsafe fn crumb3_x4(w: I) -> I {
+    _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x0C))
+}
+
+/// `acc` plus the `4 q` sums of [`crumb1_x4`] and [`crumb3_x4`] scaled
+/// back (exact: each is a multiple of 4).
+#[inline(always)]
+pub unsafe fn join_crumbs(acc: I, hi4: I) -> I {
+    _mm256_add_epi32(acc, _mm256_srai_epi32::<2>(hi4))
+}
+
 /// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.
 #[inline(always)]
 pub unsafe fn dot_s(acc: I, w: I, x: I) -> I {

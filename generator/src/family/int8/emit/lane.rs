@@ -106,16 +106,18 @@ pub(crate) fn masked_high_nibbles(spec: &I8Spec, isa: &I8Isa) -> bool {
 }
 
 /// Whether `spec`'s kernels on `isa` take a 2-bit layout's odd bit pairs
-/// in place (`crumb_hi`, as `4 q`, one mask where `crumb` takes a shift and
-/// a mask) into accumulators of their own (`j`), scaled back into the
-/// block accumulators every [`I16_CRUMB_BLOCKS`] blocks (`join_crumbs`):
-/// the GEMV of a format with one weight scale per group (TQ2_0, and TQ1_0
-/// in its 2-bit layout) on maddubs ISAs, which runs on their vector ALUs
-/// (AVX2 on Zen 5, 4096x4096: TQ2_0 228 -> 248 GFLOPS, TQ1_0 227 -> 246).
-/// GEMMs keep one accumulator per output vector: the extra ones took
+/// in place (`crumb1_x4`, `crumb3_x4`: as `4 q`, one mask where `crumb`
+/// takes a shift and a mask) into accumulators of their own (`j`), scaled back by
+/// `join_crumbs`: on maddubs ISAs into the block accumulators every
+/// [`I16_CRUMB_BLOCKS`] blocks, on vpdpbusd ISAs (i32 lanes, no bound to
+/// keep) into the group's sums at its close. The GEMV of a format with one
+/// weight scale per group (TQ2_0, and TQ1_0 in its 2-bit layout), which runs
+/// on the vector ALUs: on Zen 5, 4096x4096, AVX2 (forced) TQ2_0 228 -> 248
+/// GFLOPS and TQ1_0 227 -> 246; AVX-512 TQ2_0's block loop alone 615 ->
+/// 762. GEMMs keep one accumulator per output vector: the extra ones took
 /// TQ2_0's AVX2 GEMM from 4x8 to 3x8 and 3-4% slower.
 pub(crate) fn masked_high_crumbs(spec: &I8Spec, isa: &I8Isa) -> bool {
-    isa.pair_sums_i16
+    (isa.pair_sums_i16 || isa.unsigned_dot)
         && spec.op == crate::spec::Op::Gemv
         && spec.bits() == 2
         && !spec.grid()
@@ -154,12 +156,13 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         }
     }
     let hi_crumbs = masked_high_crumbs(&p.spec, isa);
+    // They open with the group (`group_zero`).
+    let mut crumb_zero = TokenStream::new();
     if hi_crumbs {
-        // They open with the group as the block accumulators do.
         for r in 0..rows {
             for t in 0..t_sub {
                 let j = jv(r, t);
-                zero.extend(quote! { let mut #j = ops::zero_i(); });
+                crumb_zero.extend(quote! { let mut #j = ops::zero_i(); });
             }
         }
     }
@@ -216,12 +219,9 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 let hi = hi_crumbs && c % 2 == 1;
                 for t in 0..t_sub {
                     block.extend(if hi {
-                        let (q, wv, s) = (
-                            format_ident!("q_{}", t),
-                            format_ident!("w_{}", t),
-                            proc_macro2::Literal::i32_unsuffixed(2 * c as i32),
-                        );
-                        quote! { let #q = ops::crumb_hi::<#s>(#wv); }
+                        let (q, wv) = (format_ident!("q_{}", t), format_ident!("w_{}", t));
+                        let op = format_ident!("crumb{}_x4", c);
+                        quote! { let #q = ops::#op(#wv); }
                     } else {
                         index_level(p, t, c)
                     });
@@ -463,11 +463,12 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     // i16 block accumulators run over several blocks of a group: they
     // open with the group and `group_fold` zeroes them as it widens them.
-    let group_zero = if group_int && isa.pair_sums_i16 {
+    let mut group_zero = if group_int && isa.pair_sums_i16 {
         std::mem::take(&mut zero)
     } else {
         TokenStream::new()
     };
+    group_zero.extend(crumb_zero);
     let mut body = TokenStream::new();
     let packed = packed_halves(&p.spec, isa);
     assert!(
@@ -544,6 +545,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let (sum, scale) = if group_int {
                 let (ga, s) = (gav(r, t), format_ident!("s_{}", t));
                 open.extend(quote! { let mut #ga = ops::zero_i(); });
+                if masked_high_crumbs(&p.spec, isa) && !isa.pair_sums_i16 {
+                    // The group's `4 q` sums, in i32 lanes throughout.
+                    let j = jv(r, t);
+                    close.extend(quote! { #ga = ops::join_crumbs(#ga, #j); });
+                }
                 let ga = if offset {
                     quote! { ops::subi(#ga, #cs) }
                 } else {
@@ -858,8 +864,8 @@ fn smv(r: usize, t: usize) -> proc_macro2::Ident {
 /// often in a group of 8; 8 would wrap).
 const I16_BLOCKS: usize = 4;
 
-/// Blocks the odd bit pairs' `4 q` accumulators of [`masked_high_crumbs`]
-/// hold before they join the block accumulators: each block adds 4 pair
+/// Blocks the odd bit pairs' i16 `4 q` accumulators of [`masked_high_crumbs`]
+/// (maddubs ISAs) hold before they join the block accumulators: each block adds 4 pair
 /// sums of at most 2 * 12 * 127, so 2 blocks stay within 2 * 4 * 3048 =
 /// 24384 < 2^15 (4 would wrap at level 3, which a TQ2_0 byte can hold).
 /// Joined, the block accumulators hold what they would without them.
@@ -1416,16 +1422,20 @@ mod tests {
                     assert_eq!(body.matches(widen).count(), usize::from(i16), "{what}");
                     // i16 accumulators zeroed at the group's open and at each
                     // widening (and the odd bit pairs' at each join, see
-                    // `tq2_0_avx2_gemv_takes_odd_bit_pairs_in_place`); i32
+                    // `ternary_x86_gemvs_take_odd_bit_pairs_in_place`); i32
                     // ones at each block's start.
-                    let joins = usize::from(masked_high_crumbs(&spec, isa));
+                    let joins = usize::from(masked_high_crumbs(&spec, isa) && i16);
                     let zeroes = body.matches("= ops :: zero_i ()").count();
                     assert_eq!(zeroes, (1 + joins) * rows * t_sub, "{what}");
                     if i16 {
                         let w = &body[body.find(widen).expect("a widening")..];
                         assert_eq!(w.matches("= ops :: zero_i ()").count(), rows * t_sub);
                     }
-                    assert_eq!(joins == 1, i16 && rows == 1, "{what}");
+                    assert_eq!(
+                        masked_high_crumbs(&spec, isa),
+                        rows == 1 && (i16 || isa.unsigned_dot),
+                        "{what}"
+                    );
                     assert_eq!(n("ops :: scales (sg"), t_sub, "{what}");
                     assert_eq!(n("ops :: cvti"), rows * t_sub, "{what}");
                     assert_eq!(n("ops :: fmaf"), rows * t_sub, "{what}");
@@ -1445,46 +1455,70 @@ mod tests {
         }
     }
 
-    /// TQ2_0's (and TQ1_0's) AVX2 GEMV takes the odd bit pairs in place into their own
-    /// i16 accumulators (one shift per weight vector, not three), joined
-    /// every two blocks and before every widening; its GEMM, the other
-    /// ISAs and the 2-bit formats with sub-scales or grids keep `crumb`.
+    /// TQ2_0's and TQ1_0's x86 GEMVs take the odd bit pairs in place into
+    /// accumulators of their own (one shift per weight vector, not three),
+    /// opened with the group: AVX2's i16 ones join the block accumulators
+    /// every two blocks and before every widening, the vpdpbusd ISAs' i32
+    /// ones the group's sums at its close. Their GEMMs, aarch64 and
+    /// portable, and the 2-bit formats with sub-scales or grids keep `crumb`.
     #[test]
-    fn tq2_0_avx2_gemv_takes_odd_bit_pairs_in_place() {
-        let spec = I8Spec::from_tag(Op::Gemv, "tq2_0").expect("format");
-        assert!(masked_high_crumbs(&spec, &AVX2));
-        let p = on_tile(&AVX2, spec, 2, 2, 1);
-        let k = micro_kernel(&p, &AVX2, 1).to_string();
-        let n = |pat: &str| k.matches(pat).count();
-        // Two weight vectors per chunk, two chunks: bit pairs 1 and 3 in
-        // place, 0 and 2 through `crumb`.
-        assert_eq!(n("ops :: crumb_hi :: < 2 >"), 4);
-        assert_eq!(n("ops :: crumb_hi :: < 6 >"), 4);
-        assert_eq!(n("ops :: crumb :: < 0 >") + n("ops :: crumb :: < 4 >"), 8);
-        assert!(!k.contains("crumb :: < 2 >") && !k.contains("crumb :: < 6 >"));
-        for t in 0..2 {
-            assert_eq!(n(&format!("j_0_{t} = ops :: pair_acc (j_0_{t} ,")), 4);
-            assert_eq!(n(&format!("i_0_{t} = ops :: pair_acc (i_0_{t} ,")), 4);
-            assert_eq!(
-                n(&format!("i_0_{t} = ops :: join_crumbs (i_0_{t} , j_0_{t})")),
-                1
-            );
+    fn ternary_x86_gemvs_take_odd_bit_pairs_in_place() {
+        for tag in ["tq2_0", "tq1_0"] {
+            for isa in [&AVX2, &AVXVNNI, &AVX512VNNI] {
+                let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
+                assert!(masked_high_crumbs(&spec, isa), "{tag} {}", isa.name);
+                let p = on_tile(isa, spec, 2, 2, 1);
+                let k = micro_kernel(&p, isa, 1).to_string();
+                let n = |pat: &str| k.matches(pat).count();
+                let what = format!("{tag} {}", isa.name);
+                // Two weight vectors per chunk, two chunks: bit pairs 1 and 3
+                // in place, 0 and 2 through `crumb`.
+                assert_eq!(n("ops :: crumb1_x4"), 4, "{what}");
+                assert_eq!(n("ops :: crumb3_x4"), 4, "{what}");
+                assert_eq!(n("ops :: crumb :: < 0 >") + n("ops :: crumb :: < 4 >"), 8);
+                assert!(!k.contains("crumb :: < 2 >") && !k.contains("crumb :: < 6 >"));
+                let (head, close) = (
+                    k.find("in 0 .. run").expect("a block loop"),
+                    k.find("let s_0 = ops :: scales (sg").expect("a close"),
+                );
+                for t in 0..2 {
+                    assert_eq!(n(&format!("j_0_{t} = ops :: pair_acc (j_0_{t} ,")), 4);
+                    assert_eq!(n(&format!("i_0_{t} = ops :: pair_acc (i_0_{t} ,")), 4);
+                    // Opened with the group, before its block loop.
+                    let open = k.find(&format!("let mut j_0_{t} = ops :: zero_i ()"));
+                    assert!(open.expect("an open") < head, "{what}");
+                    let join = if isa.pair_sums_i16 {
+                        format!("i_0_{t} = ops :: join_crumbs (i_0_{t} , j_0_{t})")
+                    } else {
+                        format!("ga_0_{t} = ops :: join_crumbs (ga_0_{t} , j_0_{t})")
+                    };
+                    assert_eq!(n(&join), 1, "{what}");
+                    let at = k.find(&join).expect("a join");
+                    assert_eq!(at > close, !isa.pair_sums_i16, "{what}");
+                }
+                if isa.pair_sums_i16 {
+                    // The join comes before the widening, each on its own period.
+                    let join = k.find("blk % 2 == 1").expect("a join every two blocks");
+                    let widen = k.find("blk % 4 == 3").expect("a widening every four");
+                    assert!(join < widen);
+                } else {
+                    assert!(!k.contains("blk %"), "{what}");
+                }
+            }
         }
-        // The join comes before the widening, each on its own period.
-        let join = k.find("blk % 2 == 1").expect("a join every two blocks");
-        let widen = k.find("blk % 4 == 3").expect("a widening every four");
-        assert!(join < widen);
         for (isa, tag, op) in [
             (&AVX2, "tq2_0", Op::Gemm { m: 32 }),
+            (&AVX512VNNI, "tq1_0", Op::Gemm { m: 32 }),
             (&AVX2, "q2_k", Op::Gemv),
+            (&AVX512VNNI, "q2_k", Op::Gemv),
             (&AVX2, "k2_bb", Op::Gemv),
-            (&AVX512VNNI, "tq2_0", Op::Gemv),
-            (&AVXVNNI, "tq2_0", Op::Gemv),
+            (&DOTPROD, "tq2_0", Op::Gemv),
+            (&PORTABLE, "tq2_0", Op::Gemv),
         ] {
             let spec = I8Spec::from_tag(op, tag).expect("format");
             assert!(!masked_high_crumbs(&spec, isa), "{} {tag}", isa.name);
         }
-        assert!(!emitted_op(&AVX2, "tq2_0", 2, 3, Op::Gemm { m: 32 }).contains("crumb_hi"));
+        assert!(!emitted_op(&AVX2, "tq2_0", 2, 3, Op::Gemm { m: 32 }).contains("_x4"));
     }
 
     /// Q2_K on AVX-512 VNNI keeps its integer sub-scales with the halves

@@ -59,7 +59,7 @@ const INT_SIGNED_ITEMS: &[&str] = &[
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
 /// The odd bit pairs in place, only where
 /// [`crate::family::int8::emit::lane::masked_high_crumbs`].
-const HIGH_CRUMB_ITEMS: &[&str] = &["crumb_hi", "join_crumbs"];
+const HIGH_CRUMB_ITEMS: &[&str] = &["crumb1_x4", "crumb3_x4", "join_crumbs"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
 /// The 6-bit unpack, only in 6-bit kernels, which also take the 5-bit
