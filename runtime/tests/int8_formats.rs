@@ -174,8 +174,8 @@ fn q2_k_half_dots_at_their_extremes() {
 /// of full magnitude and one sign, over several super-blocks, on every ISA
 /// this CPU runs. The AVX2 kernels keep four blocks of ternary i16 pair
 /// sums before they widen them (at most 24384 here; eight would wrap), the
-/// AVX2 TQ2_0 GEMV two blocks of its odd bit pairs' `4 q` sums before they
-/// join those (at most 24384; four would wrap), and
+/// AVX2 TQ GEMVs two blocks of their odd bit pairs' `4 q` sums before they
+/// join those (at most 24384 at TQ2_0's level 3; three would wrap), and
 /// widen a Q4_K block's i16 pair sums (at most 30480) by its scale code
 /// into the super-block's i32 sums: this is where a wrap would show.
 #[test]

@@ -147,8 +147,8 @@ pub unsafe fn crumb3_x4(w: I) -> I {
 /// and [`crumb3_x4`], divided by 4 (an arithmetic shift: exact, as every
 /// such sum is a multiple of 4).
 #[inline(always)]
-pub unsafe fn join_crumbs(acc: I, hi4: I) -> I {
-    _mm256_add_epi16(acc, _mm256_srai_epi16::<2>(hi4))
+pub unsafe fn join_crumbs(acc: I, odd4: I) -> I {
+    _mm256_add_epi16(acc, _mm256_srai_epi16::<2>(odd4))
 }
 
 /// acc + per-lane sum of 4 products of signed bytes: |w| times x with w's sign.

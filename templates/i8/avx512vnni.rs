@@ -132,8 +132,8 @@ pub unsafe fn crumb3_x4(w: I) -> I {
 /// `acc` plus the `4 q` sums of [`crumb1_x4`] and [`crumb3_x4`] scaled
 /// back (exact: each is a multiple of 4).
 #[inline(always)]
-pub unsafe fn join_crumbs(acc: I, hi4: I) -> I {
-    _mm512_add_epi32(acc, _mm512_srai_epi32::<2>(hi4))
+pub unsafe fn join_crumbs(acc: I, odd4: I) -> I {
+    _mm512_add_epi32(acc, _mm512_srai_epi32::<2>(odd4))
 }
 
 /// Signed x signed: |w| times x negated where w is negative.

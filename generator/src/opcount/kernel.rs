@@ -119,7 +119,8 @@ pub(crate) fn is_path(e: &Expr, name: &str) -> bool {
 /// The period `N` of a branch the block loop takes once every `N` blocks:
 /// a condition that tests `blk % N` (the AVX2 ternary kernels widen their
 /// i16 sums after every fourth block of a group and after its last,
-/// `blk % 4 == 3 || blk + 1 == run`, twice in a group of 8).
+/// `blk % 4 == 3 || blk + 1 == run`, twice in a group of 8; their GEMVs
+/// join the odd bit pairs' sums every second block, `blk % 2 == 1`).
 fn branch_period(cond: &Expr) -> Option<u64> {
     struct P(Option<u64>);
     impl<'ast> Visit<'ast> for P {

@@ -111,8 +111,8 @@ pub struct I8Isa {
     pub int_sub_scales: bool,
     /// Integer sub-scales on an ISA whose dots sum in i32 (vpdpbusd): a
     /// block's two 16-value halves share each column's i32 lane as an i16
-    /// pair (half 0's dot moved up, half 1's added below it over a bias
-    /// that keeps the low half positive), so one vpdpwssd scales both
+    /// pair (half 1's dot high, half 0's low over a bias that keeps it
+    /// positive, each summed apart first), so one vpdpwssd scales both
     /// halves where the f16 layout takes two conversions and FMAs per row
     /// and column group, on the pipes the dots use (Zen 5). The 2-bit
     /// nibble form only (Q2_K): its half dots stay within 16 * 3 * 127.

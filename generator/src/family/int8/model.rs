@@ -88,10 +88,10 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
             3 * tile.t_sub * tile.m_r
         }
     } else if crate::family::int8::emit::lane::masked_high_nibbles(spec, isa)
-        || crate::family::int8::emit::lane::masked_high_crumbs(spec, isa)
+        || crate::family::int8::emit::lane::masked_odd_crumbs(spec, isa)
     {
         // And the high nibbles' own i32 accumulators, or the odd bit pairs'
-        // i16 pair ones.
+        // (i16 pairs on maddubs ISAs, i32 lanes on vpdpbusd ones).
         3 * tile.t_sub * tile.m_r
     } else {
         2 * tile.t_sub * tile.m_r

@@ -116,7 +116,7 @@ pub(crate) fn masked_high_nibbles(spec: &I8Spec, isa: &I8Isa) -> bool {
 /// GFLOPS and TQ1_0 227 -> 246; AVX-512 TQ2_0's block loop alone 615 ->
 /// 762. GEMMs keep one accumulator per output vector: the extra ones took
 /// TQ2_0's AVX2 GEMM from 4x8 to 3x8 and 3-4% slower.
-pub(crate) fn masked_high_crumbs(spec: &I8Spec, isa: &I8Isa) -> bool {
+pub(crate) fn masked_odd_crumbs(spec: &I8Spec, isa: &I8Isa) -> bool {
     (isa.pair_sums_i16 || isa.unsigned_dot)
         && spec.op == crate::spec::Op::Gemv
         && spec.bits() == 2
@@ -155,10 +155,10 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             zero.extend(quote! { let mut #i = ops::zero_i(); });
         }
     }
-    let hi_crumbs = masked_high_crumbs(&p.spec, isa);
+    let odd_crumbs = masked_odd_crumbs(&p.spec, isa);
     // They open with the group (`group_zero`).
     let mut crumb_zero = TokenStream::new();
-    if hi_crumbs {
+    if odd_crumbs {
         for r in 0..rows {
             for t in 0..t_sub {
                 let j = jv(r, t);
@@ -215,18 +215,19 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 }
             }
             for c in 0..fields {
-                // Odd bit pairs in place into `j` (`masked_high_crumbs`).
-                let hi = hi_crumbs && c % 2 == 1;
+                // Odd bit pairs in place into `j` (`masked_odd_crumbs`).
+                let odd = odd_crumbs && c % 2 == 1;
                 for t in 0..t_sub {
-                    block.extend(if hi {
+                    block.extend(if odd {
                         let (q, wv) = (format_ident!("q_{}", t), format_ident!("w_{}", t));
+                        debug_assert!(c == 1 || c == 3, "bit pair {c} of 4");
                         let op = format_ident!("crumb{}_x4", c);
                         quote! { let #q = ops::#op(#wv); }
                     } else {
                         index_level(p, t, c)
                     });
                 }
-                let acc = if hi { "j" } else { pre };
+                let acc = if odd { "j" } else { pre };
                 for r in 0..rows {
                     let (x, b) = (
                         format_ident!("x_{}", r),
@@ -238,7 +239,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                         block.extend(quote! { #i = ops::pair_acc(#i, #q, #x); });
                     }
                 }
-                block.extend(if hi_crumbs {
+                block.extend(if odd_crumbs {
                     fence_of(isa, &p.spec, rows, t_sub, &["i", "j"])
                 } else {
                     fence_of(isa, &p.spec, rows, t_sub, &[pre])
@@ -545,7 +546,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let (sum, scale) = if group_int {
                 let (ga, s) = (gav(r, t), format_ident!("s_{}", t));
                 open.extend(quote! { let mut #ga = ops::zero_i(); });
-                if masked_high_crumbs(&p.spec, isa) && !isa.pair_sums_i16 {
+                if masked_odd_crumbs(&p.spec, isa) && !isa.pair_sums_i16 {
                     // The group's `4 q` sums, in i32 lanes throughout.
                     let j = jv(r, t);
                     close.extend(quote! { #ga = ops::join_crumbs(#ga, #j); });
@@ -864,10 +865,11 @@ fn smv(r: usize, t: usize) -> proc_macro2::Ident {
 /// often in a group of 8; 8 would wrap).
 const I16_BLOCKS: usize = 4;
 
-/// Blocks the odd bit pairs' i16 `4 q` accumulators of [`masked_high_crumbs`]
+/// Blocks the odd bit pairs' i16 `4 q` accumulators of [`masked_odd_crumbs`]
 /// (maddubs ISAs) hold before they join the block accumulators: each block adds 4 pair
 /// sums of at most 2 * 12 * 127, so 2 blocks stay within 2 * 4 * 3048 =
-/// 24384 < 2^15 (4 would wrap at level 3, which a TQ2_0 byte can hold).
+/// 24384 < 2^15 (3 would wrap at level 3, 36576, which a TQ2_0 byte can
+/// hold).
 /// Joined, the block accumulators hold what they would without them.
 const I16_CRUMB_BLOCKS: usize = 2;
 
@@ -904,7 +906,7 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
             #add
         }
     };
-    if !masked_high_crumbs(&p.spec, isa) {
+    if !masked_odd_crumbs(&p.spec, isa) {
         return widen;
     }
     // The `4 q` sums join first, on every block that widens among others.
@@ -1424,7 +1426,7 @@ mod tests {
                     // widening (and the odd bit pairs' at each join, see
                     // `ternary_x86_gemvs_take_odd_bit_pairs_in_place`); i32
                     // ones at each block's start.
-                    let joins = usize::from(masked_high_crumbs(&spec, isa) && i16);
+                    let joins = usize::from(masked_odd_crumbs(&spec, isa) && i16);
                     let zeroes = body.matches("= ops :: zero_i ()").count();
                     assert_eq!(zeroes, (1 + joins) * rows * t_sub, "{what}");
                     if i16 {
@@ -1432,7 +1434,7 @@ mod tests {
                         assert_eq!(w.matches("= ops :: zero_i ()").count(), rows * t_sub);
                     }
                     assert_eq!(
-                        masked_high_crumbs(&spec, isa),
+                        masked_odd_crumbs(&spec, isa),
                         rows == 1 && (i16 || isa.unsigned_dot),
                         "{what}"
                     );
@@ -1466,7 +1468,7 @@ mod tests {
         for tag in ["tq2_0", "tq1_0"] {
             for isa in [&AVX2, &AVXVNNI, &AVX512VNNI] {
                 let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
-                assert!(masked_high_crumbs(&spec, isa), "{tag} {}", isa.name);
+                assert!(masked_odd_crumbs(&spec, isa), "{tag} {}", isa.name);
                 let p = on_tile(isa, spec, 2, 2, 1);
                 let k = micro_kernel(&p, isa, 1).to_string();
                 let n = |pat: &str| k.matches(pat).count();
@@ -1495,12 +1497,19 @@ mod tests {
                     assert_eq!(n(&join), 1, "{what}");
                     let at = k.find(&join).expect("a join");
                     assert_eq!(at > close, !isa.pair_sums_i16, "{what}");
+                    if !isa.pair_sums_i16 {
+                        // Before the close reads the group's sums.
+                        let read = k.find(&format!("ops :: subi (ga_0_{t} ,"));
+                        assert!(at < read.expect("the offset's removal"), "{what}");
+                    }
                 }
                 if isa.pair_sums_i16 {
-                    // The join comes before the widening, each on its own period.
-                    let join = k.find("blk % 2 == 1").expect("a join every two blocks");
-                    let widen = k.find("blk % 4 == 3").expect("a widening every four");
-                    assert!(join < widen);
+                    // The join comes before the widening, each on its own
+                    // period and both after a run's last block (whatever its
+                    // length: the runtime's groups are always whole).
+                    let join = k.find("if blk % 2 == 1 || blk + 1 == run {");
+                    let widen = k.find("if blk % 4 == 3 || blk + 1 == run {");
+                    assert!(join.expect("a join") < widen.expect("a widening"));
                 } else {
                     assert!(!k.contains("blk %"), "{what}");
                 }
@@ -1516,7 +1525,7 @@ mod tests {
             (&PORTABLE, "tq2_0", Op::Gemv),
         ] {
             let spec = I8Spec::from_tag(op, tag).expect("format");
-            assert!(!masked_high_crumbs(&spec, isa), "{} {tag}", isa.name);
+            assert!(!masked_odd_crumbs(&spec, isa), "{} {tag}", isa.name);
         }
         assert!(!emitted_op(&AVX2, "tq2_0", 2, 3, Op::Gemm { m: 32 }).contains("_x4"));
     }

@@ -58,8 +58,8 @@ const INT_SIGNED_ITEMS: &[&str] = &[
 /// The 2-bit unpack, likewise only in 2-bit kernels.
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
 /// The odd bit pairs in place, only where
-/// [`crate::family::int8::emit::lane::masked_high_crumbs`].
-const HIGH_CRUMB_ITEMS: &[&str] = &["crumb1_x4", "crumb3_x4", "join_crumbs"];
+/// [`crate::family::int8::emit::lane::masked_odd_crumbs`].
+const ODD_CRUMB_ITEMS: &[&str] = &["crumb1_x4", "crumb3_x4", "join_crumbs"];
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
 /// The 6-bit unpack, only in 6-bit kernels, which also take the 5-bit
@@ -505,10 +505,10 @@ fn six_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Resu
 /// The 2-bit unpack stays only in 2-bit kernels, whose template must have
 /// it (grid kernels unpack by table lookups instead).
 fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if !crate::family::int8::emit::lane::masked_high_crumbs(spec, isa) {
-        items.retain(|it| item_name(it).is_none_or(|n| !HIGH_CRUMB_ITEMS.contains(&n.as_str())));
+    if !crate::family::int8::emit::lane::masked_odd_crumbs(spec, isa) {
+        items.retain(|it| item_name(it).is_none_or(|n| !ODD_CRUMB_ITEMS.contains(&n.as_str())));
     } else {
-        require(items, HIGH_CRUMB_ITEMS, spec, isa)?;
+        require(items, ODD_CRUMB_ITEMS, spec, isa)?;
     }
     if spec.bits() != 2 || spec.grid() {
         items.retain(|it| item_name(it).is_none_or(|n| !TWO_BIT_ITEMS.contains(&n.as_str())));
