@@ -124,6 +124,15 @@ pub(crate) fn masked_odd_crumbs(spec: &I8Spec, isa: &I8Isa) -> bool {
         && group_int(spec, isa)
 }
 
+/// `let mut {prefix}_{r}_{t} = ops::zero_i();` for every row and column
+/// group of the tile.
+fn zeroed(prefix: &str, rows: usize, t_sub: usize) -> TokenStream {
+    (0..rows)
+        .flat_map(|r| (0..t_sub).map(move |t| format_ident!("{prefix}_{r}_{t}")))
+        .map(|a| quote! { let mut #a = ops::zero_i(); })
+        .collect()
+}
+
 fn jv(r: usize, t: usize) -> proc_macro2::Ident {
     format_ident!("j_{}_{}", r, t)
 }
@@ -157,15 +166,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     }
     let odd_crumbs = masked_odd_crumbs(&p.spec, isa);
     // They open with the group (`group_zero`).
-    let mut crumb_zero = TokenStream::new();
-    if odd_crumbs {
-        for r in 0..rows {
-            for t in 0..t_sub {
-                let j = jv(r, t);
-                crumb_zero.extend(quote! { let mut #j = ops::zero_i(); });
-            }
-        }
-    }
+    let crumb_zero = if odd_crumbs {
+        zeroed("j", rows, t_sub)
+    } else {
+        TokenStream::new()
+    };
     let mut block = TokenStream::new();
     let scales_per_block = p.spec.scales_per_block();
     let hi16 = masked_high_nibbles(&p.spec, isa);
@@ -271,12 +276,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
         );
         if hi16 {
-            for r in 0..rows {
-                for t in 0..t_sub {
-                    let j = jv(r, t);
-                    zero_hi.extend(quote! { let mut #j = ops::zero_i(); });
-                }
-            }
+            zero_hi = zeroed("j", rows, t_sub);
         }
         for g in 0..chunks {
             // A scale per 16 values: chunks 0 and 1 hold values 0..16.
@@ -483,10 +483,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         };
         // Packed halves: half 1's own accumulators.
         let zero = if packed && h > 0 {
-            (0..rows)
-                .flat_map(|r| (0..t_sub).map(move |t| format_ident!("i1_{r}_{t}")))
-                .map(|i| quote! { let mut #i = ops::zero_i(); })
-                .collect()
+            zeroed("i1", rows, t_sub)
         } else if neg_init {
             // Each row's `-offset * sum(x)` once, the start of every
             // column group's accumulator (high nibbles still from 0).
@@ -546,7 +543,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             let (sum, scale) = if group_int {
                 let (ga, s) = (gav(r, t), format_ident!("s_{}", t));
                 open.extend(quote! { let mut #ga = ops::zero_i(); });
-                if masked_odd_crumbs(&p.spec, isa) && !isa.pair_sums_i16 {
+                if odd_crumbs && !isa.pair_sums_i16 {
                     // The group's `4 q` sums, in i32 lanes throughout.
                     let j = jv(r, t);
                     close.extend(quote! { #ga = ops::join_crumbs(#ga, #j); });
