@@ -288,3 +288,56 @@ fn cli_emits_the_int8_family() {
         assert!(line.contains(layout), "{target}: {line}");
     }
 }
+
+/// The text of generated module `name` (up to the next top-level module).
+fn module<'a>(text: &'a str, name: &str) -> &'a str {
+    let at = text
+        .find(&format!("pub mod {name} {{"))
+        .unwrap_or_else(|| panic!("no module {name}"));
+    let rest = &text[at + 1..];
+    &text[at..at + 1 + rest.find("\npub mod ").unwrap_or(rest.len())]
+}
+
+/// GEMMs on panels of one tile call their micro kernel once over the whole
+/// K (the tile's blocks are contiguous across L1 blocks); GEMVs and GEMMs
+/// on panels of several tiles split calls at `m_b`.
+#[test]
+fn one_tile_panels_give_gemms_whole_k_calls() {
+    let out = kgen_bin()
+        .args([
+            "--target",
+            "x86-64-v4-vnni",
+            "--format",
+            "q8_0",
+            "--isa",
+            "avx512vnni",
+            "--no-profile",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // T_B = 128 = 8 vectors of 16 columns: one tile per panel.
+    let gemm = module(&text, "q8_0_gemm_4x32__avx512vnni");
+    assert!(gemm.contains("pub const T_B: usize = 128;"), "{gemm}");
+    assert!(gemm.contains("let per_kb = blocks;"));
+    let gemv = module(&text, "q8_0_gemv_1x128__avx512vnni");
+    assert!(gemv.contains("let per_kb = M_B / 32;"));
+    let out = kgen_bin()
+        .args([
+            "--target",
+            "x86-64-v4-vnni",
+            "--format",
+            "q5_0",
+            "--isa",
+            "avx512vnni",
+            "--no-profile",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    // T_B = 128, tiles of 64 columns: two per panel.
+    let gemm = module(&text, "q5_0_gemm_4x32__avx512vnni");
+    assert!(gemm.contains("pub const T_B: usize = 128;"), "{gemm}");
+    assert!(gemm.contains("let per_kb = M_B / 32;"));
+}
