@@ -289,55 +289,41 @@ fn cli_emits_the_int8_family() {
     }
 }
 
-/// The text of generated module `name` (up to the next top-level module).
-fn module<'a>(text: &'a str, name: &str) -> &'a str {
-    let at = text
-        .find(&format!("pub mod {name} {{"))
-        .unwrap_or_else(|| panic!("no module {name}"));
-    let rest = &text[at + 1..];
-    &text[at..at + 1 + rest.find("\npub mod ").unwrap_or(rest.len())]
-}
-
-/// GEMMs on panels of one tile call their micro kernel once over the whole
-/// K (the tile's blocks are contiguous across L1 blocks); GEMVs and GEMMs
-/// on panels of several tiles split calls at `m_b`.
+/// Every int8 driver calls its micro kernels over the whole K (a tile's
+/// blocks are contiguous along K): no split at the L1 block `m_b`, on
+/// panels of one tile (Q8_0 on AVX-512) or several (Q5_0), and through the
+/// scratch of levels (the 5-bit AVX2 GEMMs).
 #[test]
-fn one_tile_panels_give_gemms_whole_k_calls() {
-    let out = kgen_bin()
-        .args([
-            "--target",
-            "x86-64-v4-vnni",
-            "--format",
-            "q8_0",
-            "--isa",
-            "avx512vnni",
-            "--no-profile",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8(out.stdout).unwrap();
-    // T_B = 128 = 8 vectors of 16 columns: one tile per panel.
-    let gemm = module(&text, "q8_0_gemm_4x32__avx512vnni");
-    assert!(gemm.contains("pub const T_B: usize = 128;"), "{gemm}");
-    assert!(gemm.contains("let per_kb = blocks;"));
-    let gemv = module(&text, "q8_0_gemv_1x128__avx512vnni");
-    assert!(gemv.contains("let per_kb = M_B / 32;"));
-    let out = kgen_bin()
-        .args([
-            "--target",
-            "x86-64-v4-vnni",
-            "--format",
-            "q5_0",
-            "--isa",
-            "avx512vnni",
-            "--no-profile",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    // T_B = 128, tiles of 64 columns: two per panel.
-    let gemm = module(&text, "q5_0_gemm_4x32__avx512vnni");
-    assert!(gemm.contains("pub const T_B: usize = 128;"), "{gemm}");
-    assert!(gemm.contains("let per_kb = M_B / 32;"));
+fn int8_drivers_call_micro_kernels_over_the_whole_k() {
+    for format in ["q8_0", "q5_0", "q5_k"] {
+        let out = kgen_bin()
+            .args([
+                "--target",
+                "x86-64-v4-vnni",
+                "--format",
+                format,
+                "--isa",
+                "all",
+                "--no-profile",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.contains("per_kb") && !text.contains("M_B / 32"),
+            "{format}"
+        );
+        let bodies = text.matches("unsafe fn body(").count();
+        assert!(bodies >= 4, "{format}: {bodies} drivers");
+        let whole = text.matches("let (nb, b0) = (blocks, 0);").count();
+        let fills = text.matches("let nb = 32.min(blocks - j);").count();
+        assert_eq!(whole + fills, bodies, "{format}");
+        assert_eq!(fills > 0, format != "q8_0", "{format}");
+        if format == "q5_0" {
+            // Two 64-column tiles per panel on AVX-512.
+            assert!(text.contains("// kernel q5_0_gemm_4x32__avx512vnni"));
+            assert!(text.contains("pub const T_B: usize = 128;"));
+        }
+    }
 }

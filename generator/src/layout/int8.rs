@@ -86,11 +86,16 @@
 //! look them up in the table shifted by 128 and remove `128 * sum(x)` per
 //! block (the kernels' business: the layout is the same).
 //!
-//! Loop levels match the f32 family ([`crate::layout::f32`]): panels of `t_b`
-//! columns, K blocks of `m_b` values, tiles of `TW = L * t_u` columns, then
-//! 32-value blocks, chunks, and the `t_u` column groups of a tile. The f16
-//! scales form a second stream in the same order, `L` per column group and
-//! block, so one vector op converts the scales of `L` columns.
+//! Loop levels: panels of `t_b` columns (the unit threads share), tiles of
+//! `TW = L * t_u` columns, then all of K in 32-value blocks, chunks, and
+//! the `t_u` column groups of a tile. Unlike the f32 family
+//! ([`crate::layout::f32`]) the K blocks of `m_b` values are not a level:
+//! a tile's blocks run contiguously over all of K, and the kernels' drivers
+//! call each micro kernel once per tile (and row group) over the whole K,
+//! because calls split at `m_b` measured slower (see the int8 emitter's
+//! `driver`). The f16 scales form a second stream in the same order, `L`
+//! per column group and block, so one vector op converts the scales of `L`
+//! columns.
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
 use crate::layout::align::{round_up, AlignedWords};
@@ -299,12 +304,15 @@ impl I8Layout {
     }
 
     /// Offsets of `(panel, k_block, tile)`: (weight byte, scale index, blocks).
+    /// A panel holds its tiles one after another, each with all of its
+    /// blocks along K, so K block `kb + 1` of a tile follows K block `kb`:
+    /// the bytes do not depend on `m_b`, and a driver can run a micro
+    /// kernel over any range of a tile's blocks in one call.
     pub fn tile_offset(&self, panel: usize, kb: usize, tile: usize) -> (usize, usize, usize) {
         let per_kb = self.m_b / QK;
         let nb = per_kb.min(self.blocks() - kb * per_kb);
-        let pw = self.panel_width(panel);
-        let cols_before =
-            panel * self.t_b * self.blocks() + kb * per_kb * pw + tile * self.tile_width() * nb;
+        let cols_before = panel * self.t_b * self.blocks()
+            + (tile * self.blocks() + kb * per_kb) * self.tile_width();
         (cols_before * self.block_bytes(), cols_before, nb)
     }
 
@@ -716,6 +724,33 @@ mod tests {
             }
         }
         assert!(seen.iter().all(|&s| s == 1));
+    }
+
+    /// A tile's K blocks follow each other (the drivers run a micro kernel
+    /// over all of K in one call), so the packed bytes do not depend on
+    /// `m_b`; panels of several tiles (t_b = 48, TW = 16) included.
+    #[test]
+    fn tiles_run_contiguously_over_k_whatever_m_b() {
+        let (k, n) = (256 * 3, 40);
+        let w = GgmlMatrix::quantize(&Rng::new(5).vec_f32(k * n), k, n, GgmlType::Q4_K);
+        let layout = |m_b| I8Layout::new(GgmlType::Q4_K, 8, 2, m_b, 48, k, n);
+        let l = layout(64);
+        for p in 0..l.panels() {
+            for t in 0..l.panel_width(p) / l.tile_width() {
+                for kb in 1..l.k_blocks() {
+                    let (prev, sprev, nb) = l.tile_offset(p, kb - 1, t);
+                    let (off, soff, _) = l.tile_offset(p, kb, t);
+                    assert_eq!(off, prev + nb * l.tile_width() * l.block_bytes());
+                    assert_eq!(soff, sprev + nb * l.tile_width());
+                }
+            }
+        }
+        let first = l.repack(&w);
+        for m_b in [256, 640, 1024] {
+            let p = layout(m_b).repack(&w);
+            assert_eq!(p.w.as_bytes(), first.w.as_bytes(), "m_b {m_b}");
+            assert_eq!(p.sc, first.sc, "m_b {m_b}");
+        }
     }
 
     #[test]

@@ -517,21 +517,15 @@ fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Resu
     require(items, TWO_BIT_ITEMS, spec, isa)
 }
 
-/// Whether `p`'s driver calls the micro kernel once per row group and tile
-/// over all of K rather than once per L1 block of `m_b` values: GEMMs whose
-/// panels hold one tile (`t_b` = `t_u` vectors), where the tile's blocks
-/// follow each other across the L1 blocks (`I8Layout::tile_offset`), and
-/// which read the layout in place (no scratch of levels). The weights then
-/// stream from L2 once per row group as before, but in one call: on the
-/// Zen 5 the Q4_0 4x32 GEMM's driver alone ran 2 to 5% faster at 4096 x
-/// 4096 (m = 32 and 128) than with calls split at `m_b` = 1312 (41, 41, 41
-/// and 5 blocks). GEMVs keep the split: they measured the same either way.
-pub(crate) fn one_call_per_tile(p: &I8Plan, isa: &I8Isa) -> bool {
-    p.spec.op.rows() > 1
-        && p.block.t_b == p.tile.t_u * p.lanes
-        && !crate::family::int8::emit::micro::scratch_levels(&p.spec, isa)
-}
-
+/// The driver of `p`'s kernel: panels `panel_begin..panel_end`, then row
+/// groups and tiles (or, with a scratch of levels, tiles, fills and row
+/// groups), each micro kernel call over all of K. A tile's blocks are
+/// contiguous along K (`I8Layout::tile_offset`), and calls split at the L1
+/// block `m_b` measured slower: each split costs the call's prologue, its
+/// `y` update and a refill of the dot pipes. On the Zen 5, whole-K calls ran
+/// Q8_0's AVX-512 GEMM (`m_b` = 352, calls of 11 blocks) 8 to 21% faster,
+/// Q3_K's 5 to 7%, Q5_0's 3 to 5% and the other GEMMs 0 to 5% (4096 x 4096,
+/// m = 8 to 128); GEMVs measured the same either way.
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let tw = lit(p.tile.t_u * p.lanes);
     let block_bytes = lit(4 * p.spec.bits() as usize);
@@ -612,12 +606,11 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         // to the first of those blocks.
         let most = lit(crate::family::int8::emit::micro::SCRATCH_BLOCKS);
         quote! {
-            let (kb_blocks, kb_b0) = (nb, b0);
             for tile in 0..pw / #tw {
                 let mut j = 0;
-                while j < kb_blocks {
-                    let nb = #most.min(kb_blocks - j);
-                    let (base, b0) = (cols_before + tile * #tw * kb_blocks + j * #tw, kb_b0 + j);
+                while j < blocks {
+                    let nb = #most.min(blocks - j);
+                    let (base, b0) = (cols_before + (tile * blocks + j) * #tw, j);
                     unpack(w.add(base * #block_bytes), scratch.0.as_mut_ptr(), nb);
                     for sub in 0..#subs {
                         let c = p * T_B + tile * #tw + sub * #sub_cols;
@@ -637,11 +630,11 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
             }
         }
     } else {
-        // Row groups outside the tiles: a group's activations (m_r x m_b
-        // bytes) stay in L1 while the panel's weight block streams past
-        // them once per group (all of K per call on one-tile panels,
-        // `one_call_per_tile`).
+        // Row groups outside the tiles: a group's activations (m_r x K
+        // bytes) stay in L1 while the tile's weights stream past them once
+        // per group.
         quote! {
+            let (nb, b0) = (blocks, 0);
             let mut r = 0;
             while r < m {
                 let rows = #m_r.min(m - r);
@@ -660,19 +653,10 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
             }
         }
     };
-    // A GEMM on panels of one tile runs each micro kernel call over the
-    // whole K: the tile's blocks are contiguous across the layout's L1
-    // blocks, and every split of a call costs its prologue, its y update
-    // and a refill of the dot pipes (`one_call_per_tile`).
-    let per_kb = if one_call_per_tile(p, isa) {
-        quote! { blocks }
-    } else {
-        quote! { M_B / 32 }
-    };
     // One tile's levels of SCRATCH_BLOCKS blocks, 32 bytes per column and
     // block, aligned for whole-vector loads.
     let scratch = scratch_levels.then(|| {
-        let blocks = crate::family::int8::emit::micro::SCRATCH_BLOCKS.min(p.block.m_b / 32);
+        let blocks = crate::family::int8::emit::micro::SCRATCH_BLOCKS;
         let bytes = lit(blocks * 32 * p.tile.t_u * p.lanes);
         quote! {
             #[repr(align(64))]
@@ -688,8 +672,6 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         ) {
             unsafe {
                 let blocks = k_pad / 32;
-                let per_kb = #per_kb;
-                let k_blocks = (blocks + per_kb - 1) / per_kb;
                 let (ldx, ldb, ldy) = (#ldx_mul * k_pad, #ldb_mul * blocks, n_pad);
                 let c_begin = panel_begin * T_B;
                 let c_end = (panel_end * T_B).min(n_pad);
@@ -699,12 +681,8 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
                 #scratch
                 for p in panel_begin..panel_end {
                     let pw = T_B.min(n_pad - p * T_B);
-                    for kb in 0..k_blocks {
-                        let nb = per_kb.min(blocks - kb * per_kb);
-                        let cols_before = p * T_B * blocks + kb * per_kb * pw;
-                        let b0 = kb * per_kb;
-                        #per_block
-                    }
+                    let cols_before = p * T_B * blocks;
+                    #per_block
                 }
             }
         }
