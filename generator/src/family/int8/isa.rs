@@ -87,7 +87,7 @@ pub struct I8Isa {
     /// per dot. Not on AVX2, whose maddubs sums pairs into saturating i16.
     pub unsigned_dot: bool,
     /// GEMM kernels of 5- and 6-bit formats unpack each tile's levels
-    /// once per L1 block (at most 1024 values) into a scratch of bytes (the 8-bit layout's
+    /// 1024 values at a time into a scratch of bytes (the 8-bit layout's
     /// value chunks) and every row group dots those, so the unpack (9 ops
     /// per chunk pair for 5-bit, 22 per block for 6-bit on AVX2) is paid
     /// once per block instead of once per `m_r` rows, and the masks and

@@ -227,7 +227,7 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
 }
 
 /// One micro kernel block's share of a scratch GEMM's `unpack` (its block
-/// loop `unpack`): the micro kernel calls of one tile and L1 block, the
+/// loop `unpack`): the micro kernel calls of one tile and scratch fill, the
 /// GEMM's row groups times the tile's sub-tiles, share it; rounded up.
 pub fn unpack_share(unpack: Counts, spec: &I8Spec, tile: I8Tile) -> Counts {
     let calls = (spec.op.rows().div_ceil(tile.m_r) * tile.t_u / tile.t_sub) as u64;
