@@ -572,14 +572,14 @@ fn print_plan_i8(
         isa.group_bytes
     );
     outln!(
-        "  L1 block    m_b={} t_b={}  order={:?}{} (the model's; kernels call over all of K)",
+        "  L1 block    m_b={} t_b={}  order={:?} (the model's{}; kernels call over all of K)",
         p.block.m_b,
         p.block.t_b,
         p.order,
         if p.spec.op == Op::Gemv {
             ""
         } else {
-            " (the GEMV's)"
+            ", the GEMV's"
         }
     );
     outln!(

@@ -204,13 +204,10 @@ pub fn candidates_i8(
                 // Whole K granules (a 256-value scale group for the K-quants).
                 let qk = crate::family::int8::Int8::footprint(spec).k_granule;
                 let round = crate::layout::align::round_up;
-                let variants = [
-                    (round((m_b / 2).max(1), qk), t_b),
-                    (m_b * 2, t_b),
-                    (m_b, round((t_b / 2).max(1), tw)),
-                    (m_b, t_b * 2),
-                    (qk, tw),
-                ];
+                // No m_b variants: the int8 layout and drivers do not depend
+                // on m_b (a tile runs over all of K), so they would emit the
+                // same kernels.
+                let variants = [(m_b, round((t_b / 2).max(1), tw)), (m_b, t_b * 2), (qk, tw)];
                 for block in variants {
                     let f = fixed(pick.tile, Some(block));
                     if let Ok(p) = i8model::plan_with(spec, isa, target, shape, Some(&f)) {

@@ -234,7 +234,7 @@ fn random_q5_0(k: usize, n: usize, seed: u64) -> GgmlMatrix {
 }
 
 /// Q5_0 on every int8 ISA this CPU runs, over K (one block to many, several
-/// K blocks of the plan), N (1..=9 and ragged against every tile width),
+/// scratch fills of 32 blocks), N (1..=9 and ragged against every tile width),
 /// rows 1..=9 and larger (every micro kernel height and the GEMM's row
 /// groups), on raw blocks with every level and on gguf-py-style quantized
 /// weights, one and three threads.

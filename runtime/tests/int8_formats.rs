@@ -56,8 +56,8 @@ fn isas(reg: &Registry, t: GgmlType) -> Vec<&'static str> {
         .collect()
 }
 
-/// Every such format on every ISA, over K (one block to many, several K
-/// blocks of the plan), N (ragged against every tile width), rows 1..=9 and
+/// Every such format on every ISA, over K (one block to many, several
+/// scratch fills of 32 blocks), N (ragged against every tile width), rows 1..=9 and
 /// larger, one and three threads.
 #[test]
 fn every_isa_over_k_n_and_rows() {

@@ -166,8 +166,12 @@ fn pack(c: &Cand, w: &GgmlMatrix, x: &[f32], m: usize) -> Mat {
 
 /// Max error of the kernel against the oracle, relative to the largest output.
 fn check(c: &Cand, m: usize, seed: u64) -> Result<f64, String> {
-    // A ragged last K block (whole format blocks) and a ragged panel.
-    let (k, n) = ((c.m_b + 96).next_multiple_of(k_block(c)), c.t_b + c.lanes * c.t_u + 5);
+    // More than one scratch fill of 32 blocks with a ragged last one (whole
+    // format blocks), and a ragged panel.
+    let (k, n) = (
+        (c.m_b + 96).max(1056).next_multiple_of(k_block(c)),
+        c.t_b + c.lanes * c.t_u + 5,
+    );
     let probe = layout(c, k, n);
     let w = weights(&probe, k, n, seed);
     let x = Rng::new(3).vec_f32(m * k);

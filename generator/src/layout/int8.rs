@@ -728,10 +728,11 @@ mod tests {
 
     /// A tile's K blocks follow each other (the drivers run a micro kernel
     /// over all of K in one call), so the packed bytes do not depend on
-    /// `m_b`; panels of several tiles (t_b = 48, TW = 16) included.
+    /// `m_b`; panels of several tiles (t_b = 48, TW = 16) and a ragged last
+    /// panel included.
     #[test]
     fn tiles_run_contiguously_over_k_whatever_m_b() {
-        let (k, n) = (256 * 3, 40);
+        let (k, n) = (256 * 3, 100);
         let w = GgmlMatrix::quantize(&Rng::new(5).vec_f32(k * n), k, n, GgmlType::Q4_K);
         let layout = |m_b| I8Layout::new(GgmlType::Q4_K, 8, 2, m_b, 48, k, n);
         let l = layout(64);

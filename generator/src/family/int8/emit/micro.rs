@@ -156,8 +156,8 @@ pub(crate) struct GroupFold {
 /// blocks, `body` per block, then the pointer steps (`x_step` activation
 /// bytes and `d_step` scales per block), `store` after it; with `group`,
 /// the blocks run in groups of `group.blocks` (the last one may be shorter;
-/// the driver starts every call at a group boundary: the planner's `m_b`
-/// is a multiple of the group, see the int8 footprint's `k_granule`).
+/// the driver starts every call at a group boundary: at block 0, or at a
+/// multiple of `SCRATCH_BLOCKS`, which the K-quants' 8-block group divides).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn micro_fn(
     p: &MicroSpec,

@@ -1,6 +1,7 @@
 //! The int8 family's emitter: one Rust module per kernel (the template's
 //! primitives, the micro kernels for 1..=m_r rows, the driver over panels,
-//! K blocks and tiles, and `run`), and its lines of the file header.
+//! row groups and tiles with calls over all of K, and `run`), and its lines
+//! of the file header.
 
 use crate::family::int8::emit::lane::micro_kernel;
 use crate::family::int8::emit::micro::{fn_attrs, lit, MicroSpec};
@@ -245,6 +246,8 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             /// Column groups one micro kernel covers (a divisor of T_U).
             pub const T_SUB: usize = #t_sub;
             pub const M_R: usize = #m_r;
+            /// The model's L1 block (values): the driver calls over all of K
+            /// and the packed bytes do not depend on it.
             pub const M_B: usize = #m_b;
             pub const T_B: usize = #t_b;
             /// Bytes of a column per lane and chunk (4, or 8 for pair layouts).
@@ -524,7 +527,7 @@ fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Resu
 /// block `m_b` measured slower: each split costs the call's prologue, its
 /// `y` update and a refill of the dot pipes. On the Zen 5, whole-K calls ran
 /// Q8_0's AVX-512 GEMM (`m_b` = 352, calls of 11 blocks) 8 to 21% faster,
-/// Q3_K's 5 to 7%, Q5_0's 3 to 5% and the other GEMMs 0 to 5% (4096 x 4096,
+/// Q3_K's 5 to 7%, Q5_0's 3 to 4% and the other GEMMs 0 to 5% (4096 x 4096,
 /// m = 8 to 128); GEMVs measured the same either way.
 fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let tw = lit(p.tile.t_u * p.lanes);

@@ -6,7 +6,7 @@
 //! Stable Rust has neither SVE intrinsics nor an SVE register class for
 //! inline asm, so values cannot stay in `z` registers between two `asm!`
 //! blocks. Each micro kernel is therefore one `asm!` block holding the whole
-//! loop over K blocks, with explicitly numbered registers; the Rust around
+//! loop over 32-value blocks, with explicitly numbered registers; the Rust around
 //! it (pointers per row, operands, clobbers) is built with `quote!` like the
 //! rest of the emitter, and only the asm template text is formatted.
 //!
