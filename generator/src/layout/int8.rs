@@ -290,10 +290,6 @@ impl I8Layout {
         self.n_pad.div_ceil(self.t_b)
     }
 
-    pub fn k_blocks(&self) -> usize {
-        self.k_pad.div_ceil(self.m_b)
-    }
-
     pub fn panel_width(&self, panel: usize) -> usize {
         self.t_b.min(self.n_pad - panel * self.t_b)
     }
@@ -303,17 +299,14 @@ impl I8Layout {
         self.n_pad * self.blocks() * self.block_bytes()
     }
 
-    /// Offsets of `(panel, k_block, tile)`: (weight byte, scale index, blocks).
-    /// A panel holds its tiles one after another, each with all of its
-    /// blocks along K, so K block `kb + 1` of a tile follows K block `kb`:
-    /// the bytes do not depend on `m_b`, and a driver can run a micro
+    /// Offsets of block 0 of `panel`'s tile `tile`: (weight byte, scale
+    /// index). A panel holds its tiles one after another, each with all of
+    /// its blocks along K (block `b` starts `b * tile_width()` columns on),
+    /// so the bytes do not depend on `m_b`, and a driver can run a micro
     /// kernel over any range of a tile's blocks in one call.
-    pub fn tile_offset(&self, panel: usize, kb: usize, tile: usize) -> (usize, usize, usize) {
-        let per_kb = self.m_b / QK;
-        let nb = per_kb.min(self.blocks() - kb * per_kb);
-        let cols_before = panel * self.t_b * self.blocks()
-            + (tile * self.blocks() + kb * per_kb) * self.tile_width();
-        (cols_before * self.block_bytes(), cols_before, nb)
+    pub fn tile_offset(&self, panel: usize, tile: usize) -> (usize, usize) {
+        let cols_before = (panel * self.t_b + tile * self.tile_width()) * self.blocks();
+        (cols_before * self.block_bytes(), cols_before)
     }
 
     /// Repacks blocks of the format's GGUF type (`src.k == self.k`,
@@ -459,80 +452,78 @@ impl I8Layout {
                         let row = (c0 + col < self.n)
                             .then(|| &src.data[(c0 + col) * row_bytes..][..row_bytes]);
                         let (mut sb, mut sub) = (0, 0);
-                        for kb in 0..self.k_blocks() {
-                            let (off, soff, nb) = self.tile_offset(panel, kb, tile);
-                            let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
-                            for b in 0..nb {
-                                let tile_w = &mut words[off + b * tile_words..][..tile_words];
-                                let at_sc = soff + b * s_n * tw;
-                                let mut col_words = zero;
-                                // Blocks past K are padding too.
-                                if let Some(block) = row
-                                    .filter(|_| sb < src_blocks)
-                                    .map(|r| &r[sb * block_bytes..][..block_bytes])
-                                {
-                                    if direct {
-                                        sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
-                                        block_chunks(
-                                            self.bits,
-                                            self.group_bytes,
-                                            &block[2..],
-                                            &mut col_words,
-                                        );
-                                    } else if let Some(int) = int_scales {
-                                        let bytes = [
-                                            (int.byte)(block, 2 * sub),
-                                            (int.byte)(block, 2 * sub + 1),
-                                        ];
-                                        sc[at_sc + col] = u16::from_le_bytes(bytes);
-                                        let [d, dmin] = (int.supers)(block);
-                                        sc[at_sc + tw + col] = match sub {
-                                            0 => d,
-                                            1 => dmin ^ 0x8000,
-                                            _ => 0,
-                                        };
-                                        let levels = (repack.block_levels)(block, sub);
-                                        level_chunks(
-                                            self.bits,
-                                            self.group_bytes,
-                                            &levels,
-                                            &mut col_words,
-                                        );
-                                    } else {
-                                        let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
-                                        for h in 0..spb {
-                                            let (d, m) = (repack.sub_scale)(block, sub * spb + h);
-                                            tile_sc[col + h * tw] = d;
-                                            if repack.mins {
-                                                tile_sc[col + (spb + h) * tw] = m;
-                                            }
+                        let (off, soff) = self.tile_offset(panel, tile);
+                        let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
+                        for b in 0..self.blocks() {
+                            let tile_w = &mut words[off + b * tile_words..][..tile_words];
+                            let at_sc = soff + b * s_n * tw;
+                            let mut col_words = zero;
+                            // Blocks past K are padding too.
+                            if let Some(block) = row
+                                .filter(|_| sb < src_blocks)
+                                .map(|r| &r[sb * block_bytes..][..block_bytes])
+                            {
+                                if direct {
+                                    sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
+                                    block_chunks(
+                                        self.bits,
+                                        self.group_bytes,
+                                        &block[2..],
+                                        &mut col_words,
+                                    );
+                                } else if let Some(int) = int_scales {
+                                    let bytes = [
+                                        (int.byte)(block, 2 * sub),
+                                        (int.byte)(block, 2 * sub + 1),
+                                    ];
+                                    sc[at_sc + col] = u16::from_le_bytes(bytes);
+                                    let [d, dmin] = (int.supers)(block);
+                                    sc[at_sc + tw + col] = match sub {
+                                        0 => d,
+                                        1 => dmin ^ 0x8000,
+                                        _ => 0,
+                                    };
+                                    let levels = (repack.block_levels)(block, sub);
+                                    level_chunks(
+                                        self.bits,
+                                        self.group_bytes,
+                                        &levels,
+                                        &mut col_words,
+                                    );
+                                } else {
+                                    let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
+                                    for h in 0..spb {
+                                        let (d, m) = (repack.sub_scale)(block, sub * spb + h);
+                                        tile_sc[col + h * tw] = d;
+                                        if repack.mins {
+                                            tile_sc[col + (spb + h) * tw] = m;
                                         }
-                                        let mut levels = (repack.block_levels)(block, sub);
-                                        if shift != 0 {
-                                            levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
-                                        }
-                                        level_chunks(
-                                            self.bits,
-                                            self.group_bytes,
-                                            &levels,
-                                            &mut col_words,
-                                        );
                                     }
-                                    for v in &mut col_words[..4] {
-                                        *v ^= flip;
+                                    let mut levels = (repack.block_levels)(block, sub);
+                                    if shift != 0 {
+                                        levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
                                     }
+                                    level_chunks(
+                                        self.bits,
+                                        self.group_bytes,
+                                        &levels,
+                                        &mut col_words,
+                                    );
                                 }
-                                for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
-                                    let dst = ((g * t_u + t) * l + lane) * GW;
-                                    tile_w[dst..dst + GW].copy_from_slice(chunk);
+                                for v in &mut col_words[..4] {
+                                    *v ^= flip;
                                 }
-                                if plane {
-                                    tile_w[tw * 4 + col] = col_words[4];
-                                }
-                                sub += 1;
-                                if sub == subs {
-                                    (sb, sub) = (sb + 1, 0);
-                                }
+                            }
+                            for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
+                                let dst = ((g * t_u + t) * l + lane) * GW;
+                                tile_w[dst..dst + GW].copy_from_slice(chunk);
+                            }
+                            if plane {
+                                tile_w[tw * 4 + col] = col_words[4];
+                            }
+                            sub += 1;
+                            if sub == subs {
+                                (sb, sub) = (sb + 1, 0);
                             }
                         }
                     }
@@ -714,19 +705,17 @@ mod tests {
         let l = I8Layout::new(GgmlType::Q4_0, 8, 2, 64, 48, 200, 40);
         let mut seen = vec![0u8; l.bytes()];
         for p in 0..l.panels() {
-            for kb in 0..l.k_blocks() {
-                for t in 0..l.panel_width(p) / l.tile_width() {
-                    let (off, _, nb) = l.tile_offset(p, kb, t);
-                    for s in &mut seen[off..off + nb * l.tile_width() * l.block_bytes()] {
-                        *s += 1;
-                    }
+            for t in 0..l.panel_width(p) / l.tile_width() {
+                let (off, _) = l.tile_offset(p, t);
+                for s in &mut seen[off..off + l.blocks() * l.tile_width() * l.block_bytes()] {
+                    *s += 1;
                 }
             }
         }
         assert!(seen.iter().all(|&s| s == 1));
     }
 
-    /// A tile's K blocks follow each other (the drivers run a micro kernel
+    /// A tile's blocks run over all of K (the drivers run a micro kernel
     /// over all of K in one call), so the packed bytes do not depend on
     /// `m_b`; panels of several tiles (t_b = 48, TW = 16) and a ragged last
     /// panel included.
@@ -735,18 +724,7 @@ mod tests {
         let (k, n) = (256 * 3, 100);
         let w = GgmlMatrix::quantize(&Rng::new(5).vec_f32(k * n), k, n, GgmlType::Q4_K);
         let layout = |m_b| I8Layout::new(GgmlType::Q4_K, 8, 2, m_b, 48, k, n);
-        let l = layout(64);
-        for p in 0..l.panels() {
-            for t in 0..l.panel_width(p) / l.tile_width() {
-                for kb in 1..l.k_blocks() {
-                    let (prev, sprev, nb) = l.tile_offset(p, kb - 1, t);
-                    let (off, soff, _) = l.tile_offset(p, kb, t);
-                    assert_eq!(off, prev + nb * l.tile_width() * l.block_bytes());
-                    assert_eq!(soff, sprev + nb * l.tile_width());
-                }
-            }
-        }
-        let first = l.repack(&w);
+        let first = layout(64).repack(&w);
         for m_b in [256, 640, 1024] {
             let p = layout(m_b).repack(&w);
             assert_eq!(p.w.as_bytes(), first.w.as_bytes(), "m_b {m_b}");
@@ -962,9 +940,8 @@ mod tests {
             let (t, lane) = (col / lanes, col % lanes);
             for b in 0..k / 32 {
                 let want = block_levels(w.dtype, w.block(j, b), 0);
-                let (kb, bb) = (b * 32 / l.m_b, b % (l.m_b / 32));
-                let (base, sbase, _) = l.tile_offset(0, kb, tile);
-                let block = base + bb * tw * 4;
+                let (base, sbase) = l.tile_offset(0, tile);
+                let block = base + b * tw * 4;
                 for (i, &lv) in want.iter().enumerate() {
                     let byte = block + (t * lanes + lane) * 4 + i % 4;
                     assert_eq!(
@@ -977,7 +954,7 @@ mod tests {
                 }
                 let want_d =
                     stored_scale(w.dtype.format().int8.unwrap().sub_scale, w.block(j, b), 0);
-                assert_eq!(p.sc[sbase + bb * tw + col], want_d.0.to_bits());
+                assert_eq!(p.sc[sbase + b * tw + col], want_d.0.to_bits());
             }
         }
         // Both levels occur.
@@ -1004,10 +981,8 @@ mod tests {
                 let (t, lane) = (col / lanes, col % lanes);
                 for b in 0..k / 32 {
                     let want = block_levels(w.dtype, w.block(j, b / 8), b % 8);
-                    let (kb, bb) = (b * 32 / l.m_b, b % (l.m_b / 32));
-                    let (base, sbase, nb) = l.tile_offset(0, kb, tile);
-                    assert_eq!(nb, l.m_b / 32);
-                    let block = base + bb * tw * 8;
+                    let (base, sbase) = l.tile_offset(0, tile);
+                    let block = base + b * tw * 8;
                     for (i, &lv) in want.iter().enumerate() {
                         let (byte, c) = if gb == 4 {
                             let (g, c, jj) = (i / 16, i % 16 / 4, i % 4);
@@ -1022,7 +997,7 @@ mod tests {
                             32 * b + i
                         );
                     }
-                    let at = sbase + bb * tw;
+                    let at = sbase + b * tw;
                     let want = stored_scale(
                         w.dtype.format().int8.unwrap().sub_scale,
                         w.block(j, b / 8),
@@ -1109,18 +1084,17 @@ mod tests {
             let bytes = p.w.as_bytes();
             let tw = l.tile_width();
             for j in 0..l.n_pad {
-                // Panels of one tile; m_b = 64: K blocks of two 32-blocks.
+                // Panels of one tile.
                 let (panel, col) = (j / tw, j % tw);
                 let (t, lane) = (col / lanes, col % lanes);
                 for b in 0..l.blocks() {
-                    let (kb, bi) = (b / 2, b % 2);
-                    let (off, soff, _) = l.tile_offset(panel, kb, 0);
-                    let at = off + bi * tw * 20;
+                    let (off, soff) = l.tile_offset(panel, 0);
+                    let at = off + b * tw * 20;
                     let word = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
                     let h = word(at + 16 * tw + 4 * col);
                     let want: [u8; QK] = if j < n {
                         assert_eq!(
-                            p.sc[soff + bi * tw + col],
+                            p.sc[soff + b * tw + col],
                             u16::from_le_bytes([w.block(j, b)[0], w.block(j, b)[1]])
                         );
                         block_levels(w.dtype, w.block(j, b), 0)
@@ -1199,9 +1173,8 @@ mod tests {
             for j in 0..l.n_pad {
                 let (panel, col) = (j / tw, j % tw);
                 for b in 0..l.blocks() {
-                    let (kb, bi) = (b / 8, b % 8);
-                    let (_, soff, _) = l.tile_offset(panel, kb, 0);
-                    let at = soff * 2 + bi * 2 * tw + col;
+                    let (_, soff) = l.tile_offset(panel, 0);
+                    let at = soff * 2 + b * 2 * tw + col;
                     let (e0, e1) = (p.sc[at], p.sc[at + tw]);
                     if j >= n {
                         assert_eq!((e0, e1), (0, 0), "{t}: padding col {j}");
@@ -1239,10 +1212,9 @@ mod tests {
         for j in 0..n {
             let (panel, tile, col) = (j / (2 * tw), j % (2 * tw) / tw, j % tw);
             for b in 0..l.blocks() {
-                let (kb, bi) = (b / 16, b % 16);
-                let (_, soff, _) = l.tile_offset(panel, kb, tile);
+                let (_, soff) = l.tile_offset(panel, tile);
                 let blk = w.block(j, b / 8);
-                let at = soff * 2 + bi * 2 * tw + col;
+                let at = soff * 2 + b * 2 * tw + col;
                 let sub = b % 8;
                 assert_eq!(
                     one.sc[at],
@@ -1268,12 +1240,11 @@ mod tests {
                 let (panel, col) = (j / tw, j % tw);
                 let (t, lane) = (col / lanes, col % lanes);
                 for b in 0..l.blocks() {
-                    // m_b = 256: K blocks of eight 32-blocks, one super-block.
-                    let (kb, bi) = (b / 8, b % 8);
-                    let (off, _, _) = l.tile_offset(panel, kb, 0);
-                    let at = off + bi * tw * 24;
+                    // Eight 32-blocks per super-block.
+                    let (off, _) = l.tile_offset(panel, 0);
+                    let at = off + b * tw * 24;
                     let want = if j < n {
-                        block_levels(w.dtype, w.block(j, kb), bi)
+                        block_levels(w.dtype, w.block(j, b / 8), b % 8)
                     } else {
                         [32; QK]
                     };
