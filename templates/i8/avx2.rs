@@ -129,15 +129,18 @@ pub unsafe fn crumb<const S: i32>(w: I) -> I {
     _mm256_and_si256(_mm256_srli_epi16::<S>(w), _mm256_set1_epi8(3))
 }
 
-/// maddubs' weight operand for bit pair 1 of a 2-bit layout's bytes,
-/// masked in place: `4 q`, at most 12, so a pair sum stays within
-/// 2 * 12 * 127 (see the emitter's `I16_CRUMB_BLOCKS`).
+/// Bit pair 1 of a 2-bit layout's bytes in place, as `4 q` (one mask
+/// where `crumb::<2>` takes a shift and a mask): dotted into accumulators
+/// of their own, scaled back by [`join_crumbs`]. `4 q` is at most 12, so a
+/// maddubs pair sum stays within 2 * 12 * 127 (see the emitter's
+/// `I16_CRUMB_BLOCKS`).
 #[inline(always)]
 pub unsafe fn crumb1_x4(w: I) -> I {
     _mm256_and_si256(w, _mm256_set1_epi8(0x0C))
 }
 
-/// Bit pair 3's, the same way after the shift by 4 `crumb::<4>` shares.
+/// Bit pair 3 likewise, as `4 q`, after the shift by 4 that `crumb::<4>`
+/// makes too.
 #[inline(always)]
 pub unsafe fn crumb3_x4(w: I) -> I {
     _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x0C))

@@ -47,7 +47,8 @@ pub unsafe fn mulf(a: F, b: F) -> F {
     vmulq_f32(a, b)
 }
 
-/// 16 weight bytes: 4 of each of 4 columns.
+/// 16 weight bytes: 4 of each of 4 columns (8 of each of a column pair in
+/// the i8mm template's pair layouts).
 #[inline(always)]
 pub unsafe fn loadb(p: *const u8) -> I {
     vreinterpretq_s32_u8(vld1q_u8(p))

@@ -21,6 +21,11 @@ pub struct I8Isa {
     pub registers: usize,
     pub template_path: &'static str,
     pub template: &'static str,
+    /// The ISA whose template this one's extends: the kernels get its
+    /// primitives, less those this template redefines by name
+    /// ([`crate::emit::extend_template`]). An ISA extends one whose
+    /// instructions it has and whose vectors it uses.
+    pub extends: Option<&'static I8Isa>,
     /// Bytes of one column per lane and chunk: 4 (one column per i32 lane,
     /// dot-product instructions) or 8 (column pairs for 2x2 matrix multiply).
     pub group_bytes: usize,
@@ -135,6 +140,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/avx512vnni.rs",
     template: include_str!("../../../../templates/i8/avx512vnni.rs"),
+    extends: None,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -160,6 +166,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/avxvnni.rs",
     template: include_str!("../../../../templates/i8/avxvnni.rs"),
+    extends: Some(&AVX2),
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -185,6 +192,7 @@ pub const AVX2: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/avx2.rs",
     template: include_str!("../../../../templates/i8/avx2.rs"),
+    extends: None,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -210,6 +218,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/dotprod.rs",
     template: include_str!("../../../../templates/i8/dotprod.rs"),
+    extends: None,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -235,6 +244,7 @@ pub const I8MM: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/i8mm.rs",
     template: include_str!("../../../../templates/i8/i8mm.rs"),
+    extends: Some(&DOTPROD),
     group_bytes: 8,
     signed_nibbles: true,
     mmla: true,
@@ -260,6 +270,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     registers: 16,
     template_path: "templates/i8/portable.rs",
     template: include_str!("../../../../templates/i8/portable.rs"),
+    extends: None,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -287,6 +298,7 @@ pub const SVE256: I8Isa = I8Isa {
     registers: 32,
     template_path: "templates/i8/sve256.rs",
     template: include_str!("../../../../templates/i8/sve256.rs"),
+    extends: None,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -314,6 +326,24 @@ pub const SVE256: I8Isa = I8Isa {
 pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE];
 
 impl I8Isa {
+    /// This ISA's template over those it extends, parsed.
+    pub fn template_file(&self) -> Result<syn::File, String> {
+        let own: syn::File = syn::parse_str(self.template)
+            .map_err(|e| format!("template {} does not parse: {e}", self.template_path))?;
+        Ok(match self.extends {
+            Some(base) => crate::emit::extend_template(base.template_file()?, own),
+            None => own,
+        })
+    }
+
+    /// The template's path, with those it extends (`own over base`).
+    pub fn template_chain(&self) -> String {
+        match self.extends {
+            Some(base) => format!("{} over {}", self.template_path, base.template_chain()),
+            None => self.template_path.to_string(),
+        }
+    }
+
     pub fn by_name(name: &str) -> Option<I8Isa> {
         I8_FAMILY.iter().copied().find(|i| i.name == name)
     }
@@ -399,5 +429,39 @@ impl I8Isa {
     /// as `level + 128` and take unsigned dots ([`I8Isa::unsigned_dot`]).
     pub fn offsets_signed(&self, spec: &I8Spec) -> bool {
         self.unsigned_dot && spec.format.signed_levels()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::ToTokens;
+
+    fn item(file: &syn::File, name: &str) -> Option<String> {
+        file.items.iter().find_map(|i| match i {
+            syn::Item::Fn(f) if f.sig.ident == name => Some(f.to_token_stream().to_string()),
+            _ => None,
+        })
+    }
+
+    /// AVX-VNNI's kernels get AVX2's primitives with its own dot; i8mm's
+    /// get dotprod's sdot with their own pair-layout loads.
+    #[test]
+    fn derived_templates_take_the_base_and_their_own_dots() {
+        let vnni = AVXVNNI.template_file().expect("parses");
+        assert!(item(&vnni, "dot_u").expect("dot_u").contains("dpbusd"));
+        assert!(item(&vnni, "nib_lo").is_some() && item(&vnni, "xquad").is_some());
+        let avx2 = AVX2.template_file().expect("parses");
+        assert!(!item(&avx2, "dot_u").expect("dot_u").contains("dpbusd"));
+        assert!(item(&avx2, "flip").is_none());
+        let mm = I8MM.template_file().expect("parses");
+        assert!(item(&mm, "sdot").is_some() && item(&mm, "mmla").is_some());
+        assert_eq!(
+            AVXVNNI.template_chain(),
+            "templates/i8/avxvnni.rs over templates/i8/avx2.rs"
+        );
+        for isa in I8_FAMILY {
+            isa.template_file().expect("every template parses");
+        }
     }
 }

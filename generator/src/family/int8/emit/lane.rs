@@ -1751,10 +1751,12 @@ mod tests {
             // Only `d`, of block 0, at the close.
             assert_eq!(n("ops :: scales"), t_sub);
         }
+        // What a 2x2 GEMM micro kernel's module keeps of the template.
         let items = |tag: &str| -> Vec<String> {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
-            crate::family::int8::emit::ops_items(&spec, &AVX2)
-                .expect("items")
+            let micro = micro_kernel(&on_tile(&AVX2, spec, 2, 2, 2), &AVX2, 2);
+            let all = crate::family::int8::emit::ops_items(&spec, &AVX2).expect("items");
+            crate::emit::keep_used(all, &[&micro])
                 .iter()
                 .filter_map(|it| match it {
                     syn::Item::Fn(f) => Some(f.sig.ident.to_string()),

@@ -18,34 +18,23 @@ use crate::emit::EmitError;
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
-/// Template primitives only codebook kernels use: left out of the other
-/// kernels' `ops` so their code does not change.
-const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut"];
+// What a format's kernels call from their template, by the part of the
+// format that calls it: `ops_items` checks that the template has these
+// before the emitter writes calls to them. (What a kernel's `ops` holds is
+// what its code calls: `crate::emit::keep_used`.)
 
+/// The codebook formats' table and lookup (IQ4_NL).
+const CODEBOOK_ITEMS: &[&str] = &["CODEBOOK", "lut"];
 /// The nibble split of table-lookup kernels (codebook and grid formats).
 const INDEX_ITEMS: &[&str] = &["idx_lo", "idx_hi"];
-
-/// Template primitives only grid kernels use (kgen's 2- and 1-bit grids).
+/// kgen's 2- and 1-bit grids.
 const GRID_ITEMS: &[&str] = &["GRID", "grid_lut"];
-
-/// Template primitives only 5-bit kernels use (the fifth-bit unpack, the
-/// two-dot accumulate, the pair layouts' plane split and bias), likewise
-/// left out of the others. A template has those its emitter calls:
-/// [`FIVE_BIT_LANE`] or [`FIVE_BIT_PAIR`].
-/// Template primitives only kernels of formats with mins use.
-const MIN_ITEMS: &[&str] = &["splat_pair"];
-
-const FIVE_BIT_ITEMS: &[&str] = &["hb_lo", "hb_hi", "dot2_u", "hb_pair", "sub_bias"];
-/// Integer sub-scale primitives, only in kernels that keep them
-/// ([`crate::family::int8::emit::micro::int_scales`]): those of both
-/// forms, then the nibble form's and the signed form's own.
+/// Integer sub-scales ([`crate::family::int8::emit::micro::int_scales`]):
+/// those of every form, then each form's own.
 const INT_SCALE_ITEMS: &[&str] = &["sum_pair", "scaled_sum"];
 const INT_NIBBLE_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "sub_scale", "sub_mins"];
 /// The 6-bit scale-and-min form's (Q4_K, Q5_K).
 const INT_SCALE_MIN_ITEMS: &[&str] = &["SUB_CTL", "sub_bytes", "scale_byte", "min_pair"];
-/// What the lane kernels of a format with one weight scale per group
-/// (`group_scale`) use to sum the group's integer dots.
-const GROUP_INT_ITEMS: &[&str] = &["addi"];
 /// The nibble form's on ISAs that pack a block's halves
 /// ([`crate::family::int8::isa::I8Isa::int_halves_packed`]).
 const INT_PACKED_ITEMS: &[&str] = &["join_halves", "sub_pair", "sub_mins", "addi", "unbias"];
@@ -56,16 +45,20 @@ const INT_SIGNED_ITEMS: &[&str] = &[
     "sub_offset_s",
     "dot2_sc",
 ];
-/// The 2-bit unpack, likewise only in 2-bit kernels.
+/// What the lane kernels of a format with one weight scale per group
+/// (`group_scale`) use to sum the group's integer dots.
+const GROUP_INT_ITEMS: &[&str] = &["addi"];
+/// The 2-bit unpack (grid kernels unpack by table lookups instead).
 const TWO_BIT_ITEMS: &[&str] = &["crumb"];
-/// The odd bit pairs in place, only where
+/// The odd bit pairs in place, where
 /// [`crate::family::int8::emit::lane::masked_odd_crumbs`].
 const ODD_CRUMB_ITEMS: &[&str] = &["crumb1_x4", "crumb3_x4", "join_crumbs"];
+/// The fifth-bit unpack with the lanes' two-dot accumulate, or with the
+/// pair layouts' plane split and offset removal.
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
-/// The 6-bit unpack, only in 6-bit kernels, which also take the 5-bit
-/// kernels' two-dot accumulate (lanes) or offset removal (pairs).
-const SIX_BIT_ITEMS: &[&str] = &["lo6", "spill6"];
+/// The 6-bit unpack, with the 5-bit kernels' two-dot accumulate (lanes)
+/// or offset removal (pairs).
 const SIX_BIT_LANE: &[&str] = &["lo6", "spill6", "dot2_u"];
 const SIX_BIT_PAIR: &[&str] = &["lo6", "spill6", "sub_bias"];
 
@@ -137,7 +130,8 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
         ),
         format!(
             "template: {} (family int8, ISA {})",
-            isa.template_path, isa.name
+            isa.template_chain(),
+            isa.name
         ),
         format!(
             "layout:   {} ({} columns interleaved in {}-byte groups{})",
@@ -195,6 +189,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let module = format_ident!("{}", name);
     let m = MicroSpec::from(p);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro(&m, &isa, r)).collect();
+    let micro_all: TokenStream = micro.iter().cloned().collect();
     let driver = driver(p, &isa);
     let unpack = if crate::family::int8::emit::micro::scratch_levels(&p.spec, &isa) {
         crate::family::int8::emit::lane::unpack_fn(&m, &isa)
@@ -219,6 +214,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let sums_per_block = lit(p.spec.sums_per_block());
     let int_scales = crate::family::int8::emit::micro::int_scales(&p.spec, &isa);
+    let items = crate::emit::keep_used(items, &[&micro_all, &unpack, &driver]);
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
         p.spec.format_tag(),
@@ -287,66 +283,55 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     })
 }
 
-/// The `ops` module of a kernel of `spec` on `isa`: the template's items,
-/// with the ISA's function attributes, less the primitives the format does
-/// not use, and its codebook.
+/// The primitives a kernel of `spec` on `isa` may call: the template's
+/// items (over those it extends) with the ISA's function attributes and
+/// the format's own tables, once checked to hold what the format's kernels
+/// call. The kernel module keeps those its code calls
+/// ([`crate::emit::keep_used`]); the model counts ops from them.
 pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, EmitError> {
-    let template: syn::File = syn::parse_str(isa.template).map_err(|e| {
-        EmitError(format!(
-            "template {} does not parse: {e}",
-            isa.template_path
-        ))
-    })?;
+    use crate::family::int8::emit::{lane, micro};
+    let template = isa.template_file().map_err(EmitError)?;
     let mut items = crate::emit::template_items(&template, isa.features);
-    codebook_items(&mut items, spec, isa)?;
-    grid_items(&mut items, spec, isa)?;
-    if !spec.codebook() && !spec.grid() {
-        items.retain(|it| item_name(it).is_none_or(|n| !INDEX_ITEMS.contains(&n.as_str())));
+    codebook_table(&mut items, spec, isa)?;
+    grid_table(&mut items, spec, isa)?;
+    let pairs = isa.group_bytes == 8;
+    let mut need: Vec<&str> = Vec::new();
+    match spec.bits() {
+        5 if pairs => need.extend(FIVE_BIT_PAIR),
+        5 => need.extend(FIVE_BIT_LANE),
+        6 if pairs => need.extend(SIX_BIT_PAIR),
+        6 => need.extend(SIX_BIT_LANE),
+        2 if !spec.grid() => need.extend(TWO_BIT_ITEMS),
+        _ => {}
     }
-    five_bit_items(&mut items, spec, isa)?;
-    six_bit_items(&mut items, spec, isa)?;
-    two_bit_items(&mut items, spec, isa)?;
-    if crate::family::int8::emit::micro::scratch_levels(spec, isa) {
-        require(&items, &["storeb"], spec, isa)?;
-    } else {
-        items.retain(|it| item_name(it).is_none_or(|n| n != "storeb"));
+    if lane::masked_odd_crumbs(spec, isa) {
+        need.extend(ODD_CRUMB_ITEMS);
     }
-    if crate::family::int8::emit::micro::prefetches(spec, isa) {
-        require(&items, &["prefetch"], spec, isa)?;
-    } else {
-        items.retain(|it| item_name(it).is_none_or(|n| n != "prefetch"));
+    if micro::scratch_levels(spec, isa) {
+        need.push("storeb");
     }
-    let form = crate::family::int8::emit::micro::int_scale_form(spec, isa);
-    let mut keep: Vec<&str> = match form {
-        None => vec![],
-        Some(f) if f.signed() => [INT_SCALE_ITEMS, INT_SIGNED_ITEMS].concat(),
-        Some(f) if f.kind == SubScaleKind::ScaleMin => {
-            [INT_SCALE_ITEMS, INT_SCALE_MIN_ITEMS].concat()
-        }
-        Some(_) if isa.int_halves_packed => [INT_SCALE_ITEMS, INT_PACKED_ITEMS].concat(),
-        Some(_) => [INT_SCALE_ITEMS, INT_NIBBLE_ITEMS].concat(),
-    };
-    if form.is_some() {
-        require(&items, &keep, spec, isa)?;
+    if micro::prefetches(spec, isa) {
+        need.push("prefetch");
     }
-    if crate::family::int8::emit::lane::group_int(spec, isa) {
-        require(&items, GROUP_INT_ITEMS, spec, isa)?;
-        keep.extend(GROUP_INT_ITEMS);
+    if let Some(form) = micro::int_scale_form(spec, isa) {
+        need.extend(INT_SCALE_ITEMS);
+        need.extend(if form.signed() {
+            INT_SIGNED_ITEMS
+        } else if form.kind == SubScaleKind::ScaleMin {
+            INT_SCALE_MIN_ITEMS
+        } else if isa.int_halves_packed {
+            INT_PACKED_ITEMS
+        } else {
+            INT_NIBBLE_ITEMS
+        });
     }
-    let all = [
-        INT_SCALE_ITEMS,
-        INT_NIBBLE_ITEMS,
-        INT_SIGNED_ITEMS,
-        INT_PACKED_ITEMS,
-        INT_SCALE_MIN_ITEMS,
-    ]
-    .concat();
-    items.retain(|it| {
-        item_name(it).is_none_or(|n| keep.contains(&n.as_str()) || !all.contains(&n.as_str()))
-    });
-    if !spec.mins() {
-        items.retain(|it| item_name(it).is_none_or(|n| !MIN_ITEMS.contains(&n.as_str())));
-    } else {
+    if lane::group_int(spec, isa) {
+        need.extend(GROUP_INT_ITEMS);
+    }
+    if !need.is_empty() {
+        require(&items, &need, spec, isa)?;
+    }
+    if spec.mins() {
         isa.supports(spec).map_err(EmitError)?;
     }
     Ok(items)
@@ -395,11 +380,10 @@ fn require<'a>(
     }
 }
 
-/// Codebook primitives stay only in codebook kernels, whose `CODEBOOK`
-/// table is the spec's codebook (the template's own values are a default).
-fn codebook_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+/// Codebook kernels' `CODEBOOK` table is the spec's codebook (the
+/// template's own values are a default).
+fn codebook_table(items: &mut [syn::Item], spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
     let Some(values) = spec.codebook_values() else {
-        items.retain(|it| item_name(it).is_none_or(|n| !CODEBOOK_ITEMS.contains(&n.as_str())));
         return Ok(());
     };
     require(items, CODEBOOK_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
@@ -435,11 +419,10 @@ fn replace_item(items: &mut [syn::Item], name: &str, item: TokenStream) {
     }
 }
 
-/// Grid primitives stay only in grid kernels, whose `GRID` tables are the
-/// format's ([`kgen::format::Format::grid_tables`]).
-fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
+/// Grid kernels' `GRID` tables are the format's
+/// ([`kgen::format::Format::grid_tables`]).
+fn grid_table(items: &mut [syn::Item], spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
     let Some(tables) = spec.grid_tables() else {
-        items.retain(|it| item_name(it).is_none_or(|n| !GRID_ITEMS.contains(&n.as_str())));
         return Ok(());
     };
     require(items, GRID_ITEMS.iter().chain(INDEX_ITEMS), spec, isa)?;
@@ -457,67 +440,6 @@ fn grid_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<
         },
     );
     Ok(())
-}
-
-/// The 5-bit primitives stay only in 5-bit kernels, whose template must
-/// have those its emitter calls. Other kernels with an offset on pair
-/// layouts (2- and 6-bit ones) also remove it with `sub_bias`; 6-bit ones
-/// on lanes accumulate with `dot2_u`.
-fn five_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if spec.bits() != 5 {
-        let keep: &[&str] = if isa.removes_offset(spec) && isa.group_bytes == 8 {
-            &["sub_bias"]
-        } else if spec.bits() == 6 {
-            &["dot2_u"]
-        } else {
-            &[]
-        };
-        items.retain(|it| {
-            item_name(it)
-                .is_none_or(|n| !FIVE_BIT_ITEMS.contains(&n.as_str()) || keep.contains(&n.as_str()))
-        });
-        return Ok(());
-    }
-    let need = if isa.group_bytes == 8 {
-        FIVE_BIT_PAIR
-    } else {
-        FIVE_BIT_LANE
-    };
-    require(items, need, spec, isa)
-}
-
-/// The 6-bit unpack stays only in 6-bit kernels, whose template must have
-/// what their emitter calls.
-fn six_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if spec.bits() != 6 {
-        items.retain(|it| item_name(it).is_none_or(|n| !SIX_BIT_ITEMS.contains(&n.as_str())));
-        return Ok(());
-    }
-    require(
-        items,
-        if isa.group_bytes == 8 {
-            SIX_BIT_PAIR
-        } else {
-            SIX_BIT_LANE
-        },
-        spec,
-        isa,
-    )
-}
-
-/// The 2-bit unpack stays only in 2-bit kernels, whose template must have
-/// it (grid kernels unpack by table lookups instead).
-fn two_bit_items(items: &mut Vec<syn::Item>, spec: &I8Spec, isa: &I8Isa) -> Result<(), EmitError> {
-    if !crate::family::int8::emit::lane::masked_odd_crumbs(spec, isa) {
-        items.retain(|it| item_name(it).is_none_or(|n| !ODD_CRUMB_ITEMS.contains(&n.as_str())));
-    } else {
-        require(items, ODD_CRUMB_ITEMS, spec, isa)?;
-    }
-    if spec.bits() != 2 || spec.grid() {
-        items.retain(|it| item_name(it).is_none_or(|n| !TWO_BIT_ITEMS.contains(&n.as_str())));
-        return Ok(());
-    }
-    require(items, TWO_BIT_ITEMS, spec, isa)
 }
 
 /// The driver of `p`'s kernel: panels `panel_begin..panel_end`, then row
