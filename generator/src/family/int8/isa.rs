@@ -157,30 +157,25 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     unsigned_dot: true,
 };
 
+/// AVX2 with vpdpbusd (VEX): i32 dots with no saturating i16 pairs in
+/// between, so signed levels are read as `level + 128` and sub-scales stay
+/// f16 (the integer form widens maddubs' i16 pairs). No prefetch,
+/// activation quads or scratch of levels: those were measured on AVX2
+/// CPUs only. Its other settings and primitives are AVX2's.
 pub const AVXVNNI: I8Isa = I8Isa {
     name: "avxvnni",
-    arch: Some(Arch::X86_64),
     requires: &[Feature::Avx2, Feature::Fma, Feature::Avxvnni],
     features: &["avx2", "fma", "f16c", "avxvnni"],
-    lanes: 8,
-    registers: 16,
     template_path: "templates/i8/avxvnni.rs",
     template: include_str!("../../../../templates/i8/avxvnni.rs"),
     extends: Some(&AVX2),
-    group_bytes: 4,
-    signed_nibbles: false,
-    mmla: false,
-    sve_bits: None,
     prefetch: None,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
-    int_halves_packed: false,
-    fence_class: Some("ymm_reg"),
-    fence_pointers: false,
-    signed_dot_abs: false,
     pair_sums_i16: false,
     unsigned_dot: true,
+    ..AVX2
 };
 
 pub const AVX2: I8Isa = I8Isa {
@@ -235,30 +230,20 @@ pub const DOTPROD: I8Isa = I8Isa {
     unsigned_dot: false,
 };
 
+/// dotprod with smmla: pair layouts (8 bytes of each of two columns per
+/// 16-byte vector) and 2x2 matrix tiles; its other settings and primitives
+/// are dotprod's.
 pub const I8MM: I8Isa = I8Isa {
     name: "i8mm",
-    arch: Some(Arch::Aarch64),
     requires: &[Feature::Neon, Feature::Dotprod, Feature::I8mm],
     features: &["neon", "dotprod", "i8mm"],
     lanes: 2,
-    registers: 32,
     template_path: "templates/i8/i8mm.rs",
     template: include_str!("../../../../templates/i8/i8mm.rs"),
     extends: Some(&DOTPROD),
     group_bytes: 8,
-    signed_nibbles: true,
     mmla: true,
-    sve_bits: None,
-    prefetch: None,
-    x_quad: false,
-    scratch_levels: false,
-    int_sub_scales: false,
-    int_halves_packed: false,
-    fence_class: None,
-    fence_pointers: false,
-    signed_dot_abs: false,
-    pair_sums_i16: false,
-    unsigned_dot: false,
+    ..DOTPROD
 };
 
 pub const PORTABLE: I8Isa = I8Isa {
