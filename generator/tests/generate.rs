@@ -322,7 +322,7 @@ fn int8_drivers_call_micro_kernels_over_the_whole_k() {
         assert_eq!(fills > 0, format != "q8_0", "{format}");
         if format == "q5_0" {
             // Two 64-column tiles per panel on AVX-512.
-            let at = text.find("pub mod q5_0_gemm_4x32__avx512vnni {").unwrap();
+            let at = text.find("pub mod q5_0_gemm_5x32__avx512vnni {").unwrap();
             let gemm = &text[at..];
             let gemm = &gemm[..gemm[1..].find("\npub mod ").unwrap_or(gemm.len() - 1) + 1];
             assert!(gemm.contains("pub const T_B: usize = 128;"));

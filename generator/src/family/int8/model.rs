@@ -374,17 +374,44 @@ fn block_bytes(spec: &I8Spec, isa: &I8Isa) -> f64 {
         + 2.0 * crate::family::int8::emit::micro::scale_entries(spec, isa) as f64
 }
 
-/// [`Roofline`] of `tile` on one core of `t`.
+/// The row groups a driver runs `m` rows in with micro kernels of up to
+/// `m_r` rows, as `(rows, groups)`: as few groups as `m_r` allows, their
+/// heights within one of each other (m = 32, m_r = 5: four of 5 and
+/// three of 4); on row-pair ISAs (2x2 matrix tiles) groups of `m_r` and the
+/// rest. The emitted driver's order (`crate::family::int8::emit`).
+pub fn row_groups(m: usize, m_r: usize, isa: &I8Isa) -> Vec<(usize, usize)> {
+    let m_r = m_r.max(1);
+    let groups = m.div_ceil(m_r).max(1);
+    let (tall, short) = if isa.mmla && m_r > 1 {
+        ((m_r, m / m_r), (m % m_r, 1))
+    } else {
+        (
+            (m / groups + 1, m % groups),
+            (m / groups, groups - m % groups),
+        )
+    };
+    [tall, short]
+        .into_iter()
+        .filter(|&(rows, n)| rows > 0 && n > 0)
+        .collect()
+}
+
+/// [`Roofline`] of `tile` on one core of `t`: a GEMM's cycles are those of
+/// each row group's micro kernel ([`row_groups`]).
 pub fn roofline(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> Roofline {
-    let cycles = block_cycles(&block_counts(spec, isa, tile).counts, t);
     let tw = (isa.lanes * tile.t_sub) as f64;
     let bytes = tw * block_bytes(spec, isa);
-    let rows = spec.op.rows() as f64;
-    let passes = (rows / tile.m_r as f64).ceil();
+    let cycles: f64 = row_groups(spec.op.rows(), tile.m_r, isa)
+        .into_iter()
+        .map(|(m_r, n)| {
+            let group = I8Tile { m_r, ..tile };
+            n as f64 * block_cycles(&block_counts(spec, isa, group).counts, t)
+        })
+        .sum();
     Roofline {
         bytes,
-        cycles: cycles * passes,
-        compute_gbs: bytes * t.core.ghz / (cycles * passes),
+        cycles,
+        compute_gbs: bytes * t.core.ghz / cycles,
         dram_gbs: t.memory.bandwidth_per_core_gbs,
         l3_gbs: t.memory.l3_bandwidth_per_core_gbs,
     }
@@ -811,6 +838,27 @@ mod tests {
         assert!((dram - r.compute_gbs.min(r.dram_gbs)).abs() < 1e-9);
     }
 
+    /// Row groups cover m in ceil(m / m_r) groups of even heights (whole
+    /// `m_r`s on row-pair ISAs), as the emitted driver runs them.
+    #[test]
+    fn row_groups_are_as_few_and_even_as_m_r_allows() {
+        use crate::family::int8::isa::{AVX512VNNI, I8MM};
+        assert_eq!(row_groups(32, 5, &AVX512VNNI), [(5, 4), (4, 3)]);
+        assert_eq!(row_groups(128, 4, &AVX512VNNI), [(4, 32)]);
+        assert_eq!(row_groups(6, 4, &AVX512VNNI), [(3, 2)]);
+        assert_eq!(row_groups(1, 5, &AVX512VNNI), [(1, 1)]);
+        assert!(row_groups(0, 5, &AVX512VNNI).is_empty());
+        assert_eq!(row_groups(6, 4, &I8MM), [(4, 1), (2, 1)]);
+        for m in 0..200 {
+            for m_r in 1..=8 {
+                let g = row_groups(m, m_r, &AVX512VNNI);
+                assert_eq!(g.iter().map(|(h, n)| h * n).sum::<usize>(), m);
+                assert_eq!(g.iter().map(|(_, n)| n).sum::<usize>(), m.div_ceil(m_r));
+                assert!(g.iter().all(|&(h, _)| h <= m_r && h + 1 >= g[0].0));
+            }
+        }
+    }
+
     fn zen5_gemm(format: &str) -> (I8Spec, I8Isa, TargetDesc, I8Plan) {
         let t = crate::target::load("zen5").unwrap();
         let isa = crate::family::int8::isa::AVX512VNNI;
@@ -868,8 +916,9 @@ mod tests {
     }
 
     /// Where dots and FMAs contend, a GEMM tile whose loads crowd its bound
-    /// gives way to an uncrowded one within 10%: 4x32 over 8x16 on Zen 5
-    /// (measured 1.1-1.4x faster there).
+    /// gives way to an uncrowded one within 10%: 5x32 over 8x16 on Zen 5
+    /// (4x32 measured 1.1-1.4x faster than 8x16 there, 5x32 faster still at
+    /// m = 32 in even row groups).
     #[test]
     fn shared_dot_pipes_pass_over_load_crowded_tiles() {
         // (Q2_K's packed integer sub-scales take no FP multiplies per
@@ -878,7 +927,7 @@ mod tests {
             let (_, isa, t, gemv) = zen5_gemm(format);
             let ranked = rank_gemm_tiles(&gemv, 32, &t);
             let pick = ranked[0].tile;
-            assert_eq!((pick.m_r, pick.t_sub), (4, 2), "{format}: {ranked:?}");
+            assert_eq!((pick.m_r, pick.t_sub), (5, 2), "{format}: {ranked:?}");
             let spec = I8Spec {
                 op: Op::Gemm { m: 32 },
                 ..gemv.spec
