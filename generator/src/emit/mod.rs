@@ -90,6 +90,17 @@ pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn
         .collect()
 }
 
+/// The name of a template's function, constant or static (what kernels
+/// call); `None` for other items.
+pub(crate) fn item_name(item: &syn::Item) -> Option<String> {
+    match item {
+        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
+        syn::Item::Const(c) => Some(c.ident.to_string()),
+        syn::Item::Static(s) => Some(s.ident.to_string()),
+        _ => None,
+    }
+}
+
 /// A template extending `base` (as XNNPACK's ISAs extend others: AVX-VNNI
 /// is AVX2 with another dot instruction): `base`'s items, each replaced in
 /// place by `own`'s item of the same name (the same line, for `use`s);
@@ -97,12 +108,9 @@ pub(crate) fn template_items(template: &syn::File, features: &[&str]) -> Vec<syn
 pub(crate) fn extend_template(base: syn::File, own: syn::File) -> syn::File {
     use quote::ToTokens;
     let key = |item: &syn::Item| match item {
-        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
-        syn::Item::Const(c) => Some(c.ident.to_string()),
-        syn::Item::Static(s) => Some(s.ident.to_string()),
         syn::Item::Type(t) => Some(t.ident.to_string()),
         syn::Item::Use(u) => Some(u.to_token_stream().to_string()),
-        _ => None,
+        _ => item_name(item),
     };
     let mut items = base.items;
     let mut next = 0;
@@ -151,11 +159,8 @@ pub(crate) fn keep_used(items: Vec<syn::Item>, code: &[&TokenStream]) -> Vec<syn
         }
     }
     let name = |item: &syn::Item| match item {
-        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
-        syn::Item::Const(c) => Some(c.ident.to_string()),
-        syn::Item::Static(s) => Some(s.ident.to_string()),
         syn::Item::Use(u) => use_name(&u.tree),
-        _ => None,
+        _ => item_name(item),
     };
     let mut used = BTreeSet::new();
     for c in code {

@@ -14,7 +14,7 @@ pub(crate) mod micro;
 pub mod mmla;
 pub mod sve;
 
-use crate::emit::EmitError;
+use crate::emit::{item_name, EmitError};
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
@@ -189,7 +189,6 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let module = format_ident!("{}", name);
     let m = MicroSpec::from(p);
     let micro: Vec<TokenStream> = (1..=p.tile.m_r).map(|r| micro(&m, &isa, r)).collect();
-    let micro_all: TokenStream = micro.iter().cloned().collect();
     let driver = driver(p, &isa);
     let unpack = if crate::family::int8::emit::micro::scratch_levels(&p.spec, &isa) {
         crate::family::int8::emit::lane::unpack_fn(&m, &isa)
@@ -214,7 +213,8 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let sums_per_block = lit(p.spec.sums_per_block());
     let int_scales = crate::family::int8::emit::micro::int_scales(&p.spec, &isa);
-    let items = crate::emit::keep_used(items, &[&micro_all, &unpack, &driver]);
+    let code: Vec<&TokenStream> = micro.iter().chain([&unpack, &driver]).collect();
+    let items = crate::emit::keep_used(items, &code);
     let doc = format!(
         " {} {} on {}: see the file header for the plan.",
         p.spec.format_tag(),
@@ -347,16 +347,6 @@ pub(crate) fn micro(p: &MicroSpec, isa: &I8Isa, r: usize) -> TokenStream {
         mmla::micro_gemv(p, isa)
     } else {
         mmla::micro_mmla(p, isa, r)
-    }
-}
-
-/// The name of a template item (functions, constants, types).
-fn item_name(item: &syn::Item) -> Option<String> {
-    match item {
-        syn::Item::Fn(f) => Some(f.sig.ident.to_string()),
-        syn::Item::Const(c) => Some(c.ident.to_string()),
-        syn::Item::Static(s) => Some(s.ident.to_string()),
-        _ => None,
     }
 }
 
