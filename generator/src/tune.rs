@@ -181,10 +181,12 @@ pub fn candidates_i8(
         source: TileSource::Fixed,
     };
     let mut plans: Vec<I8Plan> = Vec::new();
+    // Plans that differ only in m_b emit the same kernels (a tile runs over
+    // all of K whatever m_b), so they are timed once.
     let mut push = |p: I8Plan| {
         if !plans
             .iter()
-            .any(|q| (q.tile, q.block.m_b, q.block.t_b) == (p.tile, p.block.m_b, p.block.t_b))
+            .any(|q| (q.tile, q.block.t_b) == (p.tile, p.block.t_b))
         {
             plans.push(p);
         }
@@ -204,9 +206,7 @@ pub fn candidates_i8(
                 // Whole K granules (a 256-value scale group for the K-quants).
                 let qk = crate::family::int8::Int8::footprint(spec).k_granule;
                 let round = crate::layout::align::round_up;
-                // No m_b variants: the int8 layout and drivers do not depend
-                // on m_b (a tile runs over all of K), so they would emit the
-                // same kernels.
+                // t_b variants only (`push` keeps one plan per tile and t_b).
                 let variants = [(m_b, round((t_b / 2).max(1), tw)), (m_b, t_b * 2), (qk, tw)];
                 for block in variants {
                     let f = fixed(pick.tile, Some(block));
