@@ -13,6 +13,12 @@
 #   --m M         activation rows (default 1,32,128; m=1 is the GEMV)
 #   --threads T   thread counts (default 1,2, capped at the CPUs online)
 #   --min-time S  seconds of timed calls per case and peer (default 0.5)
+#   --rounds N    run the peers N times in turn, kgen, llama.cpp, candle,
+#                 kgen, ... (default 1); the table gives each peer's median
+#                 over the rounds and each ratio as the median of the rounds'
+#                 own ratios, with their range. On a VM whose neighbours move
+#                 a process's speed by a third between runs, a ratio of two
+#                 lone runs says little; pairs taken minutes apart say more
 #   --busy        also run kgen and llama.cpp on 1 and 2 threads beside a
 #                 spinner process (a shell busy loop, pinned to no core), and
 #                 report 2-thread / 1-thread
@@ -65,6 +71,7 @@ SHAPES=4096x4096
 MS=1,32,128
 THREADS=1,2
 MIN_TIME=0.5
+ROUNDS=1
 BUSY=0
 DRAM=0
 LARGE=0
@@ -80,6 +87,7 @@ while [ $# -gt 0 ]; do
         --m) MS="$2"; shift 2 ;;
         --threads) THREADS="$2"; shift 2 ;;
         --min-time) MIN_TIME="$2"; shift 2 ;;
+        --rounds) ROUNDS="$2"; shift 2 ;;
         --busy) BUSY=1; shift ;;
         --dram) DRAM=1; shift ;;
         --isa) ISA="$2"; shift 2 ;;
@@ -100,6 +108,7 @@ case "$ISA" in
         export KGEN_FORCE_ISA=avx2 LCP_ISA=avx2 MISTRALRS_FORCE_AVX2=1 ;;
     *) echo "peers.sh: --isa is native or avx2, not $ISA" >&2; exit 2 ;;
 esac
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "peers.sh: --rounds must be a positive integer, not $ROUNDS" >&2; exit 2; }
 CPUS="$(nproc)"
 THREADS="$(tr ',' '\n' <<< "$THREADS" | awk -v c="$CPUS" '$1 <= c' | paste -sd, -)"
 [ -n "$THREADS" ] || { echo "peers.sh: no thread count fits $CPUS CPUs" >&2; exit 2; }
@@ -146,11 +155,13 @@ trap stop_spinner EXIT
 trap 'exit 130' INT TERM
 
 # 2. runs, one after another; stdout lines (tagged) go to the log
-run() { # label sed-script command...: the command's lines, edited, to the log (and stderr)
-    echo "== $1" >&2
+ROUND=1
+run() { # label sed-script command...: the command's lines, edited and tagged
+        # with the round, to the log (and stderr)
+    echo "== $1 (round $ROUND of $ROUNDS)" >&2
     local script="$2"
     shift 2
-    "$@" | sed -u "$script" | tee -a "$LOG" >&2
+    "$@" | sed -u "$script" | sed -u "/^[A-Z_]* /s/\$/ round=$ROUND/" | tee -a "$LOG" >&2
 }
 CASES=(--shapes "$SHAPES" --m "$MS" --min-time "$MIN_TIME")
 DRAM_ARG=()
@@ -159,26 +170,27 @@ DRAM_ARG=()
     echo "MACHINE cpu=\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')\"" \
          "cpus=$CPUS load1=$(cut -d' ' -f1 /proc/loadavg) isa=$ISA"
 } | tee -a "$LOG" >&2
-run "kgen: $FORMATS" "" "$KGEN" --formats "$FORMATS" --threads "$THREADS" "${CASES[@]}" "${DRAM_ARG[@]}"
-[ -z "$LLAMA_FORMATS" ] ||
-    run "llama.cpp: $LLAMA_FORMATS" "" "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads "$THREADS" "${CASES[@]}"
-for t in ${THREADS//,/ }; do
-    run "candle: $CANDLE_FORMATS, $t thread(s)" "" env RAYON_NUM_THREADS="$t" \
-        "$CANDLE" --formats "$CANDLE_FORMATS" --threads "$t" "${CASES[@]}"
-done
-
-if [ "$BUSY" = 1 ]; then
-    sh -c 'while :; do :; done' &
-    SPIN_PID=$!
-    sleep 0.3
-    echo "== busy core: spinner pid $SPIN_PID" >&2
-    run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /; s/^PEAK /PEAK_BUSY /' \
-        "$KGEN" --formats "$FORMATS" --threads 1,2 "${CASES[@]}"
+for ROUND in $(seq "$ROUNDS"); do
+    run "kgen: $FORMATS" "" "$KGEN" --formats "$FORMATS" --threads "$THREADS" "${CASES[@]}" "${DRAM_ARG[@]}"
     [ -z "$LLAMA_FORMATS" ] ||
-        run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
-            "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"
-    stop_spinner
-fi
+        run "llama.cpp: $LLAMA_FORMATS" "" "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads "$THREADS" "${CASES[@]}"
+    for t in ${THREADS//,/ }; do
+        run "candle: $CANDLE_FORMATS, $t thread(s)" "" env RAYON_NUM_THREADS="$t" \
+            "$CANDLE" --formats "$CANDLE_FORMATS" --threads "$t" "${CASES[@]}"
+    done
+    if [ "$BUSY" = 1 ]; then
+        sh -c 'while :; do :; done' &
+        SPIN_PID=$!
+        sleep 0.3
+        echo "== busy core: spinner pid $SPIN_PID" >&2
+        run "kgen beside the spinner" 's/^KGEN /KGEN_BUSY /; s/^PEAK /PEAK_BUSY /' \
+            "$KGEN" --formats "$FORMATS" --threads 1,2 "${CASES[@]}"
+        [ -z "$LLAMA_FORMATS" ] ||
+            run "llama.cpp beside the spinner" 's/^LLAMACPP /LLAMACPP_BUSY /' \
+                "$LCP" --type "$LLAMA_FORMATS" --modes plain,repack --threads 1,2 "${CASES[@]}"
+        stop_spinner
+    fi
+done
 
 # 3. the table, alone on stdout
 python3 "$ROOT/benches/peers_table.py" "$LOG"

@@ -11,12 +11,18 @@ GEMV; for a GEMM its share of the peak times the threads), llama.cpp's
 faster mode, candle, and the ratios kgen/peer (above 1: kgen is faster);
 then 2-thread / 1-thread beside the spinner, then the DRAM case against the
 read bandwidth.
+
+With several rounds (peers.sh --rounds N: lines carry `round=R`), a peer's
+figure is its median over the rounds, llama.cpp's mode the one with the
+higher median, and a ratio the median of the rounds' own ratios followed by
+their range, so drift between rounds moves both sides of each ratio alike.
 """
 
 import shlex
 import signal
+import statistics
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 
 
 def parse(path):
@@ -60,15 +66,56 @@ def table(header, rows):
     return "\n".join(out)
 
 
-def best_llama(rows, tag, k):
-    """The faster llama.cpp mode for a case: (gflops, gbs, mode, kernel)."""
-    best = None
+def rounds_of(rows, tag):
+    """{case: {round: row}} for one tag (the last line wins within a round)."""
+    out = OrderedDict()
     for r in rows:
-        if r["tag"] != tag or key(r) != k or num(r, "gflops") is None:
+        if r["tag"] == tag:
+            out.setdefault(key(r), {})[int(r.get("round", 1))] = r
+    return out
+
+
+def merged(by_round):
+    """One row for a case's rounds: the median of each numeric field."""
+    first = next(iter(by_round.values()))
+    out = dict(first)
+    for field in first:
+        texts = {r[field] for r in by_round.values() if field in r}
+        if len(texts) < 2:
             continue
-        if best is None or float(r["gflops"]) > float(best["gflops"]):
-            best = r
-    return best
+        try:
+            out[field] = f"{statistics.median(float(t) for t in texts if t != 'n/a'):.5g}"
+        except (ValueError, statistics.StatisticsError):
+            pass
+    out["rounds"] = len(by_round)
+    return out
+
+
+def best_llama(rows, tag):
+    """{case: {round: row}} of llama.cpp's mode with the higher median GFLOPS."""
+    modes = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        if r["tag"] == tag and num(r, "gflops") is not None:
+            modes[key(r)][r.get("mode", "")][int(r.get("round", 1))] = r
+    out = {}
+    for k, by_mode in modes.items():
+        out[k] = max(by_mode.values(),
+                     key=lambda rs: statistics.median(float(r["gflops"]) for r in rs.values()))
+    return out
+
+
+def paired(a, b, field="gflops"):
+    """Median over the rounds both have of a/b, and the range, as text."""
+    if not a or not b:
+        return "n/a"
+    rs = [num(a[i], field) / num(b[i], field) for i in a
+          if i in b and num(a[i], field) and num(b[i], field)]
+    if not rs:
+        return "n/a"
+    med = statistics.median(rs)
+    if len(rs) == 1:
+        return f"{med:.2f}"
+    return f"{med:.2f} ({min(rs):.2f}-{max(rs):.2f})"
 
 
 def main(path):
@@ -83,12 +130,19 @@ def main(path):
                 print("every peer on its AVX2 code (peers.sh --isa avx2): kgen with "
                       "KGEN_FORCE_ISA=avx2, llama.cpp built without AVX-512, candle for x86-64-v3 "
                       "with MISTRALRS_FORCE_AVX2=1")
-    peak = next((r for r in rows if r["tag"] == "PEAK"), None)
-    peak_gops = num(peak, "gops")
+    peaks = [r for r in rows if r["tag"] == "PEAK" and num(r, "gops") is not None]
+    peak = peaks[0] if peaks else None
+    peak_gops = statistics.median(num(r, "gops") for r in peaks) if peaks else None
     if peak_gops is not None:
         print(f"int8 dot peak: {peak['isa']}, {peak_gops:.1f} GOPS per core (measured by kgen_peer)")
-    kgen = OrderedDict((key(r), r) for r in rows if r["tag"] == "KGEN")
-    candle = {key(r): r for r in rows if r["tag"] == "CANDLE"}
+    kgen_r = rounds_of(rows, "KGEN")
+    candle_r = rounds_of(rows, "CANDLE")
+    llama_r = best_llama(rows, "LLAMACPP")
+    kgen = OrderedDict((k, merged(v)) for k, v in kgen_r.items())
+    candle = {k: merged(v) for k, v in candle_r.items()}
+    rounds = max((r["rounds"] for r in kgen.values()), default=1)
+    if rounds > 1:
+        print(f"{rounds} rounds: medians, and ratios as the median (range) of each round's own")
 
     header = ["format", "op", "shape", "m", "thr", "kgen GFLOPS", "kgen GB/s or % peak",
               "llama.cpp GFLOPS", "candle GFLOPS", "candle Q4K",
@@ -97,12 +151,11 @@ def main(path):
     for k, r in kgen.items():
         fmt_, shape, m, t = k
         kg = num(r, "gflops")
-        ll = best_llama(rows, "LLAMACPP", k)
+        ll = merged(llama_r[k]) if k in llama_r else None
         lg = num(ll, "gflops")
         cg = num(candle.get(k), "gflops")
-        q4k = None
-        if fmt_ in ("q4_0", "iq4_nl"):
-            q4k = num(candle.get(("q4k", shape, m, t)), "gflops")
+        q4k_k = ("q4k", shape, m, t)
+        q4k = num(candle.get(q4k_k), "gflops")
         out.append([
             fmt_, "gemv" if m == 1 else "gemm", shape, m, t,
             fmt(kg),
@@ -110,8 +163,8 @@ def main(path):
             fmt(ratio(kg, peak_gops * t if peak_gops else None), "{:.0%}"),
             f"{fmt(lg)} ({ll['mode']})" if ll else "n/a",
             fmt(cg), fmt(q4k) if fmt_ in ("q4_0", "iq4_nl") else "",
-            fmt(ratio(kg, lg), "{:.2f}"), fmt(ratio(kg, cg), "{:.2f}"),
-            fmt(ratio(kg, q4k), "{:.2f}") if fmt_ in ("q4_0", "iq4_nl") else "",
+            paired(kgen_r[k], llama_r.get(k)), paired(kgen_r[k], candle_r.get(k)),
+            paired(kgen_r[k], candle_r.get(q4k_k)) if fmt_ in ("q4_0", "iq4_nl") else "",
             r.get("kernel", "?"), ll.get("kernel", "?") if ll else "",
         ])
     if out:
@@ -121,7 +174,8 @@ def main(path):
               "ratios above 1: kgen faster")
         print(table(header, out))
 
-    busy_k = OrderedDict((key(r), r) for r in rows if r["tag"] == "KGEN_BUSY")
+    busy_k = OrderedDict((k, merged(v)) for k, v in rounds_of(rows, "KGEN_BUSY").items())
+    busy_l = {k: merged(v) for k, v in best_llama(rows, "LLAMACPP_BUSY").items()}
     if busy_k:
         print()
         print("busy core: beside a spinner process; 2T/1T is the 2-thread GFLOPS over the "
@@ -135,14 +189,14 @@ def main(path):
             k1, k2 = (fmt_, shape, m, 1), (fmt_, shape, m, 2)
             b1, b2 = num(r, "gflops"), num(busy_k.get(k2), "gflops")
             q1, q2 = num(kgen.get(k1), "gflops"), num(kgen.get(k2), "gflops")
-            l1 = num(best_llama(rows, "LLAMACPP_BUSY", k1), "gflops")
-            l2 = num(best_llama(rows, "LLAMACPP_BUSY", k2), "gflops")
+            l1 = num(busy_l.get(k1), "gflops")
+            l2 = num(busy_l.get(k2), "gflops")
             out.append([fmt_, "gemv" if m == 1 else "gemm", shape, m, fmt(b1), fmt(b2),
                         fmt(ratio(b2, b1), "{:.2f}"), fmt(ratio(q2, q1), "{:.2f}"),
                         fmt(l1), fmt(l2), fmt(ratio(l2, l1), "{:.2f}")])
         print(table(header, out))
 
-    dram = [r for r in rows if r["tag"] == "KGEN_DRAM"]
+    dram = [merged(v) for v in rounds_of(rows, "KGEN_DRAM").values()]
     if dram:
         print()
         r0 = dram[0]
