@@ -95,9 +95,11 @@ pub struct Int8Repack {
 /// that form.
 #[derive(Clone, Copy, Debug)]
 pub struct IntSubScales {
-    /// Byte `e` of the block's integer sub-scales: bytes `2s` and `2s + 1`
-    /// belong to its 32-value sub-block `s`.
-    pub byte: fn(&[u8], usize) -> u8,
+    /// Bytes `2s` and `2s + 1` of the block's integer sub-scales, those of
+    /// its 32-value sub-block `s` (one call per sub-block: the repack's
+    /// loop reads them for every column and block, and Q4_K's unpack
+    /// yields both at once).
+    pub pair: fn(&[u8], usize) -> [u8; 2],
     /// The block's `d` and `dmin` (signed: `d` twice) as f16 bits.
     pub supers: fn(&[u8]) -> [u16; 2],
     /// What the bytes hold.
@@ -132,12 +134,14 @@ impl IntSubScales {
     pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
         let [d, dmin] = (self.supers)(block).map(|b| half::f16::from_bits(b).to_f64());
         let (sc, m) = match self.kind {
-            SubScaleKind::Signed => return (d * (self.byte)(block, s) as i8 as f64, 0.0),
+            SubScaleKind::Signed => {
+                return (d * (self.pair)(block, s / 2)[s % 2] as i8 as f64, 0.0)
+            }
             SubScaleKind::Nibbles => {
-                let b = (self.byte)(block, s);
+                let b = (self.pair)(block, s / 2)[s % 2];
                 (b & 0x0F, b >> 4)
             }
-            SubScaleKind::ScaleMin => ((self.byte)(block, 2 * s), (self.byte)(block, 2 * s + 1)),
+            SubScaleKind::ScaleMin => (self.pair)(block, s).into(),
         };
         (d * sc as f64, -(dmin * m as f64))
     }

@@ -345,18 +345,21 @@ impl I8Layout {
                 // The lane group's word count as a constant: a runtime-length
                 // copy per group is a memcpy call in the hot loop.
                 // The same for the words per column and block (the 5-bit
-                // plane's word aside): the scatter to the chunks unrolls.
+                // plane's word aside): the scatter to the chunks unrolls;
+                // and for the bits, so each level packing inlines.
                 let fill = match (self.group_bytes, self.bits) {
-                    (4, 1) => Self::fill_panels::<1, 1>,
+                    (4, 1) => Self::fill_panels::<1, 1, 1>,
                     (_, 1) => unreachable!("`grouped` refuses 1-bit pair layouts"),
-                    (4, 2) => Self::fill_panels::<1, 2>,
-                    (_, 2) => Self::fill_panels::<2, 2>,
-                    (4, 8) => Self::fill_panels::<1, 8>,
-                    (4, 6) => Self::fill_panels::<1, 6>,
-                    (4, _) => Self::fill_panels::<1, 4>,
-                    (_, 8) => Self::fill_panels::<2, 8>,
-                    (_, 6) => Self::fill_panels::<2, 6>,
-                    _ => Self::fill_panels::<2, 4>,
+                    (4, 2) => Self::fill_panels::<1, 2, 2>,
+                    (_, 2) => Self::fill_panels::<2, 2, 2>,
+                    (4, 8) => Self::fill_panels::<1, 8, 8>,
+                    (4, 6) => Self::fill_panels::<1, 6, 6>,
+                    (4, 5) => Self::fill_panels::<1, 4, 5>,
+                    (4, _) => Self::fill_panels::<1, 4, 4>,
+                    (_, 8) => Self::fill_panels::<2, 8, 8>,
+                    (_, 6) => Self::fill_panels::<2, 6, 6>,
+                    (_, 5) => Self::fill_panels::<2, 4, 5>,
+                    _ => Self::fill_panels::<2, 4, 4>,
                 };
                 if part + 1 == parts {
                     fill(self, src, p0..p1, wa, sa, bases);
@@ -373,7 +376,7 @@ impl I8Layout {
     /// Column by column (a tile's columns, then the next tile's), each
     /// column's 32-value blocks along K: each is decoded into the lane words
     /// of every chunk (`col_words`) and scattered to its tile's chunks.
-    fn fill_panels<const GW: usize, const WORDS: usize>(
+    fn fill_panels<const GW: usize, const WORDS: usize, const BITS: u32>(
         &self,
         src: &GgmlView<'_>,
         panels: std::ops::Range<usize>,
@@ -388,7 +391,8 @@ impl I8Layout {
         let tile_words = tw * bb / 4;
         // 5-bit: the nibble chunks, then the plane of fifth bits (one word
         // per column, after the chunks' 4 tw words).
-        let plane = self.bits == 5;
+        debug_assert_eq!(BITS, self.bits);
+        let plane = BITS == 5;
         debug_assert_eq!(WORDS * 4, bb - if plane { 4 } else { 0 });
         let fmt = src.dtype.format();
         let repack = fmt.int8.expect("only int8 formats are repacked");
@@ -401,7 +405,7 @@ impl I8Layout {
         // time; every other format goes through its row's level and scale
         // functions.
         let direct = !plane
-            && matches!(self.bits, 4 | 8)
+            && matches!(BITS, 4 | 8)
             && subs == 1
             && !repack.mins
             && repack.scales_per_block == 1
@@ -422,7 +426,7 @@ impl I8Layout {
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
         let mut zero = [0u32; QK / 4];
-        match self.bits {
+        match BITS {
             4 => zero[..4].fill(0x8888_8888 ^ flip),
             5 => zero[4] = u32::MAX,
             6 => six_bit_chunks(self.group_bytes, &[32; QK], &mut zero),
@@ -466,17 +470,13 @@ impl I8Layout {
                                 if direct {
                                     sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
                                     block_chunks(
-                                        self.bits,
+                                        BITS,
                                         self.group_bytes,
                                         &block[2..],
                                         &mut col_words,
                                     );
                                 } else if let Some(int) = int_scales {
-                                    let bytes = [
-                                        (int.byte)(block, 2 * sub),
-                                        (int.byte)(block, 2 * sub + 1),
-                                    ];
-                                    sc[at_sc + col] = u16::from_le_bytes(bytes);
+                                    sc[at_sc + col] = u16::from_le_bytes((int.pair)(block, sub));
                                     let [d, dmin] = (int.supers)(block);
                                     sc[at_sc + tw + col] = match sub {
                                         0 => d,
@@ -484,12 +484,7 @@ impl I8Layout {
                                         _ => 0,
                                     };
                                     let levels = (repack.block_levels)(block, sub);
-                                    level_chunks(
-                                        self.bits,
-                                        self.group_bytes,
-                                        &levels,
-                                        &mut col_words,
-                                    );
+                                    level_chunks(BITS, self.group_bytes, &levels, &mut col_words);
                                 } else {
                                     let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
                                     for h in 0..spb {
@@ -503,12 +498,7 @@ impl I8Layout {
                                     if shift != 0 {
                                         levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
                                     }
-                                    level_chunks(
-                                        self.bits,
-                                        self.group_bytes,
-                                        &levels,
-                                        &mut col_words,
-                                    );
+                                    level_chunks(BITS, self.group_bytes, &levels, &mut col_words);
                                 }
                                 for v in &mut col_words[..4] {
                                     *v ^= flip;
@@ -583,7 +573,7 @@ pub fn stored_scale(
 
 /// One column's block of `levels` in the layout of `bits` (1, 2, 4, 5, 6 or 8) for
 /// lane groups of `gb` bytes.
-#[inline]
+#[inline(always)]
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     match bits {
         6 => six_bit_chunks(gb, levels, out),

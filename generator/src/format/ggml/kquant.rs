@@ -341,7 +341,7 @@ pub(crate) fn check_scale_times_level_plus_min(fmt: &crate::format::row::Format,
             // header's d and dmin (exact in f64).
             let int = row.int_sub_scales.expect("integer sub-scales");
             assert_eq!(int.kind, crate::format::row::SubScaleKind::ScaleMin);
-            assert_eq!(((int.byte)(&b, 2 * s), (int.byte)(&b, 2 * s + 1)), (sc, m));
+            assert_eq!((int.pair)(&b, s), [sc, m]);
             assert_eq!(
                 int.exact(&b, s),
                 (d as f64 * sc as f64, -(dmin as f64 * m as f64)),

@@ -23,6 +23,12 @@ use crate::format::row::{GgmlType, QK};
 /// The largest block of any format (the K-quants' 256-value super-blocks).
 const MAX_BLOCK: usize = 256;
 
+/// f16 bits of +infinity: a magnitude's bits at or above it are an
+/// infinity or a NaN.
+const F16_INF: u16 = 0x7C00;
+/// f16 bits of 256.0.
+const F16_256: u16 = 0x5C00;
+
 /// A weight matrix as GGUF stores it: `n` rows (output features) of `k`
 /// values (input features), each row a sequence of blocks along `k`.
 /// `W` (K x N, `y = x W`) has `W[i][j]` = row `j`, element `i`.
@@ -130,18 +136,21 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
                     b % per_row
                 ))
             };
-            let mut largest = 0f32;
+            // On the f16 bits, as this pass reads every block of the file:
+            // all-ones exponent is an infinity or a NaN, and magnitudes
+            // order as their bits do.
+            let mut largest = 0u16;
             for &at in fmt.scale_offsets {
-                let d = read_f16(&blk[at..]);
-                if !d.is_finite() {
-                    return Err(bad("scale", d));
+                let bits = u16::from_le_bytes([blk[at], blk[at + 1]]) & 0x7FFF;
+                if bits >= F16_INF {
+                    return Err(bad("scale", read_f16(&blk[at..])));
                 }
-                largest = largest.max(d.abs());
+                largest = largest.max(bits);
             }
             // Sub-block scales are the block's f16 scales times integers
             // below 256 in magnitude: only scales above 256 can leave f16's
             // range (65504), so only those blocks need the full check.
-            if let Some((sub_scale, spb)) = derived.filter(|_| largest > 256.0) {
+            if let Some((sub_scale, spb)) = derived.filter(|_| largest > F16_256) {
                 for s in 0..fmt.block / QK * spb {
                     let (d, m) = sub_scale(blk, s);
                     for v in [d, m] {

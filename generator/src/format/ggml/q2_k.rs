@@ -44,7 +44,7 @@ pub const Q2_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(IntSubScales {
-            byte: |blk, s| blk[s],
+            pair: |blk, s| [blk[2 * s], blk[2 * s + 1]],
             supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
             kind: SubScaleKind::Nibbles,
         }),

@@ -50,14 +50,7 @@ pub const Q4_K: Format = Format {
 /// Q4_K's and Q5_K's integer sub-scales: sub-block `s`'s 6-bit scale and
 /// min as bytes `2s` and `2s + 1`, under the super-block's `d` and `dmin`.
 pub(crate) const INT_SUB_SCALES: IntSubScales = IntSubScales {
-    byte: |blk, e| {
-        let (sc, m) = scale_min_k4(&blk[4..HEADER], e / 2);
-        if e % 2 == 0 {
-            sc
-        } else {
-            m
-        }
-    },
+    pair: |blk, s| scale_min_k4(&blk[4..HEADER], s).into(),
     supers: |blk| [0, 2].map(|at| u16::from_le_bytes([blk[at], blk[at + 1]])),
     kind: SubScaleKind::ScaleMin,
 };
@@ -90,9 +83,20 @@ pub(crate) fn sub_scale(block: &[u8], s: usize) -> (f32, f32) {
 /// The 32 stored 4-bit levels of sub-block `s`, in order along K (also
 /// Q5_K's low 4 bits, from its `qs`).
 pub(crate) fn nibbles(qs: &[u8], s: usize) -> [u8; QK] {
+    // Sixteen bytes at a time: the repack runs this for every column and
+    // sub-block. Bits a shift brings in from the next byte land above the
+    // mask.
+    const LOW: u128 = u128::from_le_bytes([0x0F; 16]);
     let bytes = &qs[QK * (s / 2)..QK * (s / 2 + 1)];
     let shift = 4 * (s % 2);
-    std::array::from_fn(|i| (bytes[i] >> shift) & 0x0F)
+    let half = |at: usize| {
+        let v = u128::from_le_bytes(bytes[at..at + 16].try_into().expect("16 bytes"));
+        ((v >> shift) & LOW).to_le_bytes()
+    };
+    let mut out = [0u8; QK];
+    out[..16].copy_from_slice(&half(0));
+    out[16..].copy_from_slice(&half(16));
+    out
 }
 
 fn levels(block: &[u8], s: usize) -> [u8; QK] {

@@ -39,7 +39,7 @@ pub const Q6_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(IntSubScales {
-            byte: |blk, s| blk[SC + s],
+            pair: |blk, s| [blk[SC + 2 * s], blk[SC + 2 * s + 1]],
             supers: |blk| {
                 let d = u16::from_le_bytes([blk[D], blk[D + 1]]);
                 [d, d]
