@@ -15,7 +15,8 @@ read bandwidth.
 With several rounds (peers.sh --rounds N: lines carry `round=R`), a peer's
 figure is its median over the rounds, llama.cpp's mode the one with the
 higher median, and a ratio the median of the rounds' own ratios followed by
-their range, so drift between rounds moves both sides of each ratio alike.
+their range (the busy table's 2T/1T too), so drift between rounds moves
+both sides of each ratio alike.
 """
 
 import shlex
@@ -76,18 +77,20 @@ def rounds_of(rows, tag):
 
 
 def merged(by_round):
-    """One row for a case's rounds: the median of each numeric field."""
-    first = next(iter(by_round.values()))
-    out = dict(first)
-    for field in first:
-        texts = {r[field] for r in by_round.values() if field in r}
-        if len(texts) < 2:
+    """One row for a case's rounds: the median of each numeric field over
+    the rounds that measured it (rows marked `status=n/a` count only when
+    no round measured the case)."""
+    rows = [r for r in by_round.values() if r.get("status") != "n/a"] or list(by_round.values())
+    out = dict(rows[0])
+    for field in out:
+        vals = [r[field] for r in rows if field in r]
+        if len(set(vals)) < 2:
             continue
         try:
-            out[field] = f"{statistics.median(float(t) for t in texts if t != 'n/a'):.5g}"
+            out[field] = f"{statistics.median(float(t) for t in vals if t != 'n/a'):.5g}"
         except (ValueError, statistics.StatisticsError):
             pass
-    out["rounds"] = len(by_round)
+    out["rounds"] = len(rows)
     return out
 
 
@@ -174,8 +177,10 @@ def main(path):
               "ratios above 1: kgen faster")
         print(table(header, out))
 
-    busy_k = OrderedDict((k, merged(v)) for k, v in rounds_of(rows, "KGEN_BUSY").items())
-    busy_l = {k: merged(v) for k, v in best_llama(rows, "LLAMACPP_BUSY").items()}
+    busy_kr = rounds_of(rows, "KGEN_BUSY")
+    busy_k = OrderedDict((k, merged(v)) for k, v in busy_kr.items())
+    busy_lr = best_llama(rows, "LLAMACPP_BUSY")
+    busy_l = {k: merged(v) for k, v in busy_lr.items()}
     if busy_k:
         print()
         print("busy core: beside a spinner process; 2T/1T is the 2-thread GFLOPS over the "
@@ -188,12 +193,12 @@ def main(path):
                 continue
             k1, k2 = (fmt_, shape, m, 1), (fmt_, shape, m, 2)
             b1, b2 = num(r, "gflops"), num(busy_k.get(k2), "gflops")
-            q1, q2 = num(kgen.get(k1), "gflops"), num(kgen.get(k2), "gflops")
             l1 = num(busy_l.get(k1), "gflops")
             l2 = num(busy_l.get(k2), "gflops")
             out.append([fmt_, "gemv" if m == 1 else "gemm", shape, m, fmt(b1), fmt(b2),
-                        fmt(ratio(b2, b1), "{:.2f}"), fmt(ratio(q2, q1), "{:.2f}"),
-                        fmt(l1), fmt(l2), fmt(ratio(l2, l1), "{:.2f}")])
+                        paired(busy_kr.get(k2), busy_kr.get(k1)),
+                        paired(kgen_r.get(k2), kgen_r.get(k1)),
+                        fmt(l1), fmt(l2), paired(busy_lr.get(k2), busy_lr.get(k1))])
         print(table(header, out))
 
     dram = [merged(v) for v in rounds_of(rows, "KGEN_DRAM").values()]
