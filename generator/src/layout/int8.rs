@@ -477,10 +477,11 @@ impl I8Layout {
                                     );
                                 } else if let Some(int) = int_scales {
                                     sc[at_sc + col] = u16::from_le_bytes((int.pair)(block, sub));
-                                    let [d, dmin] = (int.supers)(block);
+                                    // The super-block's d and dmin go with its
+                                    // first two sub-blocks only: read them there.
                                     sc[at_sc + tw + col] = match sub {
-                                        0 => d,
-                                        1 => dmin ^ 0x8000,
+                                        0 => (int.supers)(block)[0],
+                                        1 => (int.supers)(block)[1] ^ 0x8000,
                                         _ => 0,
                                     };
                                     let levels = (repack.block_levels)(block, sub);
