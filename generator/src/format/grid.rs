@@ -64,6 +64,7 @@ const fn row(
             act_group: 1,
             group_scale: false,
             int_sub_scales: None,
+            nibbles: None,
         }),
     }
 }

@@ -82,6 +82,51 @@ pub struct Int8Repack {
     /// that keep them integers ([`IntSubScales`]); `None` where the format
     /// has none.
     pub int_sub_scales: Option<IntSubScales>,
+    /// Where a 4-bit format's bytes already hold each sub-block's levels
+    /// in an order the repack regroups a word at a time ([`NibbleStore`]),
+    /// agreeing with `block_levels`; `None` sends every sub-block through
+    /// `block_levels` (a level per byte, then packed again).
+    pub nibbles: Option<NibbleStore>,
+}
+
+/// Where a 4-bit format keeps a 32-value sub-block's levels, stated as data
+/// so that the repack reads them as stored: unpacking each level to a byte
+/// and packing it again took a fifth of a Q4_K repack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NibbleStore {
+    /// GGUF Q4_0's order: the 16 bytes from `at + 16 s` hold value `i` of
+    /// sub-block `s` in the low nibble of byte `i` and value `i + 16` in
+    /// its high one (Q4_0 and IQ4_NL at 2, Q4_1 at 4).
+    Q4_0Order { at: usize },
+    /// Nibble planes: the 32 bytes from `at + 32 j` hold sub-block `2 j`
+    /// in their low nibbles and `2 j + 1` in their high ones, value `i` in
+    /// byte `i` (Q4_K at 16).
+    Planes { at: usize },
+}
+
+impl NibbleStore {
+    /// Sub-block `s` of `block` in Q4_0's byte order: byte `i` holds level
+    /// `i` (low nibble) and level `i + 16` (high), the order the int8
+    /// layouts regroup.
+    #[inline(always)]
+    pub fn q4_0_bytes(self, block: &[u8], s: usize) -> [u8; QK / 2] {
+        const LOW: u128 = u128::from_le_bytes([0x0F; 16]);
+        let word =
+            |at: usize| u128::from_le_bytes(block[at..at + 16].try_into().expect("16 bytes"));
+        match self {
+            NibbleStore::Q4_0Order { at } => word(at + 16 * s).to_le_bytes(),
+            NibbleStore::Planes { at } => {
+                let (a, b) = (word(at + 32 * (s / 2)), word(at + 32 * (s / 2) + 16));
+                // Low plane: values i and i + 16 are the low nibbles of
+                // bytes i and i + 16; high plane: their high nibbles.
+                if s.is_multiple_of(2) {
+                    ((a & LOW) | (b & LOW) << 4).to_le_bytes()
+                } else {
+                    ((a >> 4 & LOW) | (b & !LOW)).to_le_bytes()
+                }
+            }
+        }
+    }
 }
 
 /// A format whose super-block holds f16 scales over integer sub-scales,

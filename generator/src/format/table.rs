@@ -164,6 +164,35 @@ pub fn type_size(id: u32) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::rng::Rng;
+    use crate::format::row::QK;
+
+    /// The repack reads a [`crate::format::row::NibbleStore`] format's bytes
+    /// as stored: they must hold exactly the levels `block_levels` decodes.
+    #[test]
+    fn stored_nibbles_agree_with_block_levels() {
+        let mut rng = Rng::new(7);
+        let mut rows = 0;
+        for f in FORMATS {
+            let Some(store) = f.int8.and_then(|r| r.nibbles.map(|s| (r, s))) else {
+                continue;
+            };
+            let (r, store) = store;
+            assert_eq!(r.layout_bits, 4, "{}", f.name);
+            for _ in 0..200 {
+                let block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();
+                for s in 0..f.block / QK {
+                    let l = (r.block_levels)(&block, s);
+                    let want: Vec<u8> = (0..QK / 2).map(|i| l[i] | l[i + QK / 2] << 4).collect();
+                    let got = store.q4_0_bytes(&block, s);
+                    assert_eq!(got.to_vec(), want, "{} sub-block {s}", f.name);
+                }
+            }
+            rows += 1;
+        }
+        // Q4_0, Q4_1, IQ4_NL and Q4_K.
+        assert!(rows >= 4, "{rows} rows state their nibbles");
+    }
 
     #[test]
     fn rows_agree_with_ggml_sizes_and_tags_are_unique() {

@@ -425,6 +425,18 @@ impl I8Layout {
         };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
+        // 4-bit levels stored in an order the chunks regroup directly; not
+        // when they are shifted to another offset first.
+        let stored = repack.nibbles.filter(|_| BITS == 4 && shift == 0);
+        let chunks = |block: &[u8], sub: usize, out: &mut [u32; QK / 4]| match stored {
+            Some(at) => block_chunks(4, self.group_bytes, &at.q4_0_bytes(block, sub), out),
+            None => level_chunks(
+                BITS,
+                self.group_bytes,
+                &(repack.block_levels)(block, sub),
+                out,
+            ),
+        };
         let mut zero = [0u32; QK / 4];
         match BITS {
             4 => zero[..4].fill(0x8888_8888 ^ flip),
@@ -484,8 +496,7 @@ impl I8Layout {
                                         1 => (int.supers)(block)[1] ^ 0x8000,
                                         _ => 0,
                                     };
-                                    let levels = (repack.block_levels)(block, sub);
-                                    level_chunks(BITS, self.group_bytes, &levels, &mut col_words);
+                                    chunks(block, sub, &mut col_words);
                                 } else {
                                     let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
                                     for h in 0..spb {
@@ -495,11 +506,18 @@ impl I8Layout {
                                             tile_sc[col + (spb + h) * tw] = m;
                                         }
                                     }
-                                    let mut levels = (repack.block_levels)(block, sub);
                                     if shift != 0 {
-                                        levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
+                                        let levels = (repack.block_levels)(block, sub)
+                                            .map(|q| q.wrapping_add(shift) & 0x0F);
+                                        level_chunks(
+                                            BITS,
+                                            self.group_bytes,
+                                            &levels,
+                                            &mut col_words,
+                                        );
+                                    } else {
+                                        chunks(block, sub, &mut col_words);
                                     }
-                                    level_chunks(BITS, self.group_bytes, &levels, &mut col_words);
                                 }
                                 for v in &mut col_words[..4] {
                                     *v ^= flip;

@@ -7,7 +7,7 @@
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::ggml::q4_0::nibbles;
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, QK};
 
 /// IQ4_NL's codebook (ggml's `kvalues_iq4nl`): the int8 level of each 4-bit
 /// index, before the block scale.
@@ -36,6 +36,7 @@ pub const IQ4_NL: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: Some(NibbleStore::Q4_0Order { at: 2 }),
     }),
 };
 

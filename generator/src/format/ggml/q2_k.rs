@@ -48,6 +48,7 @@ pub const Q2_K: Format = Format {
             supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
             kind: SubScaleKind::Nibbles,
         }),
+        nibbles: None,
     }),
 };
 

@@ -44,6 +44,7 @@ pub const Q3_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: None,
     }),
 };
 

@@ -3,7 +3,7 @@
 //! the weight is `d * (nibble - 8)`.
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const Q4_0: Format = Format {
     tag: "q4_0",
@@ -26,6 +26,7 @@ pub const Q4_0: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: Some(NibbleStore::Q4_0Order { at: 2 }),
     }),
 };
 

@@ -7,7 +7,7 @@
 //! sums.
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const Q4_1: Format = Format {
     tag: "q4_1",
@@ -30,6 +30,7 @@ pub const Q4_1: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: Some(NibbleStore::Q4_0Order { at: 4 }),
     }),
 };
 

@@ -21,7 +21,7 @@ use crate::format::ggml::kquant::{
     scale_min_k4, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, NibbleStore, SubScaleKind, QK};
 
 pub const Q4_K: Format = Format {
     tag: "q4_k",
@@ -44,6 +44,7 @@ pub const Q4_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(INT_SUB_SCALES),
+        nibbles: Some(NibbleStore::Planes { at: HEADER }),
     }),
 };
 

@@ -34,6 +34,7 @@ pub const Q5_1: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: None,
     }),
 };
 

@@ -35,6 +35,7 @@ pub const Q5_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(INT_SUB_SCALES),
+        nibbles: None,
     }),
 };
 

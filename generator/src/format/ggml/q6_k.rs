@@ -46,6 +46,7 @@ pub const Q6_K: Format = Format {
             },
             kind: SubScaleKind::Signed,
         }),
+        nibbles: None,
     }),
 };
 

@@ -25,6 +25,7 @@ pub const Q8_0: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
+        nibbles: None,
     }),
 };
 

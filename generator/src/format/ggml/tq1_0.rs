@@ -38,6 +38,7 @@ pub const TQ1_0: Format = Format {
         act_group: 8,
         group_scale: true,
         int_sub_scales: None,
+        nibbles: None,
     }),
 };
 
