@@ -140,13 +140,13 @@ impl NibbleStore {
 /// that form.
 #[derive(Clone, Copy, Debug)]
 pub struct IntSubScales {
-    /// Bytes `2s` and `2s + 1` of the block's integer sub-scales, those of
-    /// its 32-value sub-block `s` (one call per sub-block: the repack's
-    /// loop reads them for every column and block, and Q4_K's unpack
-    /// yields both at once).
-    pub pair: fn(&[u8], usize) -> [u8; 2],
-    /// The block's `d` and `dmin` (signed: `d` twice) as f16 bits.
-    pub supers: fn(&[u8]) -> [u16; 2],
+    /// Where the integer sub-scale bytes start in a block.
+    pub at: usize,
+    /// Where the f16 `d` sits in a block.
+    pub d_at: usize,
+    /// Where the f16 `dmin` sits; `None` for signed scales, whose
+    /// [`IntSubScales::supers`] are `d` twice.
+    pub dmin_at: Option<usize>,
     /// What the bytes hold.
     pub kind: SubScaleKind,
 }
@@ -165,7 +165,44 @@ pub enum SubScaleKind {
     ScaleMin,
 }
 
+/// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes of Q4_K /
+/// Q5_K (ggml's `get_scale_min_k4`): sub-blocks 0..4 have theirs in the low
+/// 6 bits of bytes `j` and `j + 4`; sub-blocks 4..8 have their low 4 bits
+/// in the nibbles of byte `j + 4` (scale low, min high) and their top 2 bits
+/// in the top 2 bits of bytes `j - 4` (scale) and `j` (min).
+pub(crate) fn scale_min_k4(q: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
 impl IntSubScales {
+    /// Bytes `2s` and `2s + 1` of the block's integer sub-scales, those of
+    /// its 32-value sub-block `s`: the bytes as stored, or Q4_K's and
+    /// Q5_K's 6-bit scale and min unpacked. Offsets as data rather than a
+    /// function per format: the repack calls this for every column and
+    /// block, and inlined it is a few loads.
+    #[inline(always)]
+    pub fn pair(&self, block: &[u8], s: usize) -> [u8; 2] {
+        let q = &block[self.at..];
+        match self.kind {
+            SubScaleKind::ScaleMin => scale_min_k4(q, s).into(),
+            SubScaleKind::Nibbles | SubScaleKind::Signed => [q[2 * s], q[2 * s + 1]],
+        }
+    }
+
+    /// The block's `d` and `dmin` (signed: `d` twice) as f16 bits.
+    #[inline(always)]
+    pub fn supers(&self, block: &[u8]) -> [u16; 2] {
+        let f16 = |at: usize| u16::from_le_bytes([block[at], block[at + 1]]);
+        [f16(self.d_at), f16(self.dmin_at.unwrap_or(self.d_at))]
+    }
+
     /// The bytes are i8 scales ([`SubScaleKind::Signed`]).
     pub fn signed(&self) -> bool {
         self.kind == SubScaleKind::Signed
@@ -177,16 +214,14 @@ impl IntSubScales {
     /// format's scale parts: 16-value sub-blocks, or 32-value ones for
     /// [`SubScaleKind::ScaleMin`].
     pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
-        let [d, dmin] = (self.supers)(block).map(|b| half::f16::from_bits(b).to_f64());
+        let [d, dmin] = self.supers(block).map(|b| half::f16::from_bits(b).to_f64());
         let (sc, m) = match self.kind {
-            SubScaleKind::Signed => {
-                return (d * (self.pair)(block, s / 2)[s % 2] as i8 as f64, 0.0)
-            }
+            SubScaleKind::Signed => return (d * self.pair(block, s / 2)[s % 2] as i8 as f64, 0.0),
             SubScaleKind::Nibbles => {
-                let b = (self.pair)(block, s / 2)[s % 2];
+                let b = self.pair(block, s / 2)[s % 2];
                 (b & 0x0F, b >> 4)
             }
-            SubScaleKind::ScaleMin => (self.pair)(block, s).into(),
+            SubScaleKind::ScaleMin => self.pair(block, s).into(),
         };
         (d * sc as f64, -(dmin * m as f64))
     }

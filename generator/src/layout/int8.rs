@@ -488,12 +488,12 @@ impl I8Layout {
                                         &mut col_words,
                                     );
                                 } else if let Some(int) = int_scales {
-                                    sc[at_sc + col] = u16::from_le_bytes((int.pair)(block, sub));
+                                    sc[at_sc + col] = u16::from_le_bytes(int.pair(block, sub));
                                     // The super-block's d and dmin go with its
                                     // first two sub-blocks only: read them there.
                                     sc[at_sc + tw + col] = match sub {
-                                        0 => (int.supers)(block)[0],
-                                        1 => (int.supers)(block)[1] ^ 0x8000,
+                                        0 => int.supers(block)[0],
+                                        1 => int.supers(block)[1] ^ 0x8000,
                                         _ => 0,
                                     };
                                     chunks(block, sub, &mut col_words);
@@ -1154,7 +1154,7 @@ mod tests {
         let tw = lanes * t_u;
         type Entry0 = fn(&[u8], usize) -> [u8; 2];
         let k4: Entry0 = |blk, sub| {
-            let (sc, m) = crate::format::ggml::kquant::scale_min_k4(&blk[4..16], sub);
+            let (sc, m) = crate::format::row::scale_min_k4(&blk[4..16], sub);
             [sc, m]
         };
         let cases: [(GgmlType, Entry0, usize); 3] = [

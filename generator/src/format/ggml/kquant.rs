@@ -56,21 +56,9 @@ pub(crate) fn nearest_clamped(v: f32, lo: i32, hi: i32) -> i32 {
     (v.round_ties_even() as i32).clamp(lo, hi)
 }
 
-/// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes of Q4_K /
-/// Q5_K (ggml's `get_scale_min_k4`): sub-blocks 0..4 have theirs in the low
-/// 6 bits of bytes `j` and `j + 4`; sub-blocks 4..8 have their low 4 bits
-/// in the nibbles of byte `j + 4` (scale low, min high) and their top 2 bits
-/// in the top 2 bits of bytes `j - 4` (scale) and `j` (min).
-pub(crate) fn scale_min_k4(q: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        (
-            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
-    }
-}
+// Q4_K's and Q5_K's 6-bit unpack lives with the sub-scale kinds it
+// decodes (the repack inlines it from there).
+pub(crate) use crate::format::row::scale_min_k4;
 
 /// The 12 bytes [`scale_min_k4`] reads (scales and mins below 64).
 pub(crate) fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
@@ -341,7 +329,7 @@ pub(crate) fn check_scale_times_level_plus_min(fmt: &crate::format::row::Format,
             // header's d and dmin (exact in f64).
             let int = row.int_sub_scales.expect("integer sub-scales");
             assert_eq!(int.kind, crate::format::row::SubScaleKind::ScaleMin);
-            assert_eq!((int.pair)(&b, s), [sc, m]);
+            assert_eq!(int.pair(&b, s), [sc, m]);
             assert_eq!(
                 int.exact(&b, s),
                 (d as f64 * sc as f64, -(dmin as f64 * m as f64)),

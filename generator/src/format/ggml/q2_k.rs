@@ -44,8 +44,9 @@ pub const Q2_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(IntSubScales {
-            pair: |blk, s| [blk[2 * s], blk[2 * s + 1]],
-            supers: |blk| [read_u16(&blk[D..]), read_u16(&blk[D + 2..])],
+            at: 0,
+            d_at: D,
+            dmin_at: Some(D + 2),
             kind: SubScaleKind::Nibbles,
         }),
         nibbles: None,
@@ -63,10 +64,6 @@ fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
 fn sub16_scale(blk: &[u8], s: usize) -> (f32, f32) {
     let (d, dmin) = (read_f16(&blk[D..]), read_f16(&blk[D + 2..]));
     (d * (blk[s] & 0x0F) as f32, -(dmin * (blk[s] >> 4) as f32))
-}
-
-fn read_u16(b: &[u8]) -> u16 {
-    u16::from_le_bytes([b[0], b[1]])
 }
 
 /// Values per sub-block.

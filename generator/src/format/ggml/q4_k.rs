@@ -51,8 +51,9 @@ pub const Q4_K: Format = Format {
 /// Q4_K's and Q5_K's integer sub-scales: sub-block `s`'s 6-bit scale and
 /// min as bytes `2s` and `2s + 1`, under the super-block's `d` and `dmin`.
 pub(crate) const INT_SUB_SCALES: IntSubScales = IntSubScales {
-    pair: |blk, s| scale_min_k4(&blk[4..HEADER], s).into(),
-    supers: |blk| [0, 2].map(|at| u16::from_le_bytes([blk[at], blk[at + 1]])),
+    at: 4,
+    d_at: 0,
+    dmin_at: Some(2),
     kind: SubScaleKind::ScaleMin,
 };
 

@@ -39,11 +39,9 @@ pub const Q6_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(IntSubScales {
-            pair: |blk, s| [blk[SC + 2 * s], blk[SC + 2 * s + 1]],
-            supers: |blk| {
-                let d = u16::from_le_bytes([blk[D], blk[D + 1]]);
-                [d, d]
-            },
+            at: SC,
+            d_at: D,
+            dmin_at: None,
             kind: SubScaleKind::Signed,
         }),
         nibbles: None,
@@ -225,7 +223,7 @@ mod tests {
             let v = 2f32.powi(rng.below(30) as i32 - 20) * (rng.f32() - 0.5);
             b[D..].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
             dequantize(&b, &mut w);
-            assert_eq!((int.supers)(&b), [read_u16(&b), read_u16(&b)]);
+            assert_eq!(int.supers(&b), [read_u16(&b), read_u16(&b)]);
             let lv = levels(&b);
             for (f, &want) in w.iter().enumerate() {
                 let (d, m) = int.exact(&b, f / 16);
