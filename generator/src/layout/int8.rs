@@ -423,8 +423,6 @@ impl I8Layout {
             o @ 1..=7 if self.signed => (8 - o) as u8,
             _ => 0,
         };
-        // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
-        // (nibble 0, fifth bit 1).
         // 4-bit levels stored in an order the chunks regroup directly; not
         // when they are shifted to another offset first.
         let stored = repack.nibbles.filter(|_| BITS == 4 && shift == 0);
@@ -437,6 +435,8 @@ impl I8Layout {
                 out,
             ),
         };
+        // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
+        // (nibble 0, fifth bit 1).
         let mut zero = [0u32; QK / 4];
         match BITS {
             4 => zero[..4].fill(0x8888_8888 ^ flip),
