@@ -90,8 +90,9 @@ pub struct Int8Repack {
 }
 
 /// Where a 4-bit format keeps a 32-value sub-block's levels, stated as data
-/// so that the repack reads them as stored: unpacking each level to a byte
-/// and packing it again took a fifth of a Q4_K repack.
+/// so that the repack reads them as stored rather than unpacking each level
+/// to a byte and packing it again (4096x11008 on a Zen 3, 1 thread: Q4_1
+/// 90 -> 51 ms, Q4_K 50 -> 46 ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NibbleStore {
     /// GGUF Q4_0's order: the 16 bytes from `at + 16 s` hold value `i` of

@@ -174,10 +174,9 @@ mod tests {
         let mut rng = Rng::new(7);
         let mut rows = 0;
         for f in FORMATS {
-            let Some(store) = f.int8.and_then(|r| r.nibbles.map(|s| (r, s))) else {
+            let Some((r, store)) = f.int8.and_then(|r| Some((r, r.nibbles?))) else {
                 continue;
             };
-            let (r, store) = store;
             assert_eq!(r.layout_bits, 4, "{}", f.name);
             for _ in 0..200 {
                 let block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();

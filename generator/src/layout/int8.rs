@@ -423,17 +423,19 @@ impl I8Layout {
             o @ 1..=7 if self.signed => (8 - o) as u8,
             _ => 0,
         };
-        // 4-bit levels stored in an order the chunks regroup directly; not
-        // when they are shifted to another offset first.
+        // A sub-block's levels into `out`: 4-bit levels stored in an order
+        // the chunks regroup directly are read as they are; others (and
+        // levels shifted to another offset) one per byte first.
         let stored = repack.nibbles.filter(|_| BITS == 4 && shift == 0);
         let chunks = |block: &[u8], sub: usize, out: &mut [u32; QK / 4]| match stored {
             Some(at) => block_chunks(4, self.group_bytes, &at.q4_0_bytes(block, sub), out),
-            None => level_chunks(
-                BITS,
-                self.group_bytes,
-                &(repack.block_levels)(block, sub),
-                out,
-            ),
+            None => {
+                let mut levels = (repack.block_levels)(block, sub);
+                if shift != 0 {
+                    levels = levels.map(|q| q.wrapping_add(shift) & 0x0F);
+                }
+                level_chunks(BITS, self.group_bytes, &levels, out)
+            }
         };
         // A zero level: nibble 8 unsigned, 0 signed; 0 as i8; 5-bit 16
         // (nibble 0, fifth bit 1).
@@ -506,18 +508,7 @@ impl I8Layout {
                                             tile_sc[col + (spb + h) * tw] = m;
                                         }
                                     }
-                                    if shift != 0 {
-                                        let levels = (repack.block_levels)(block, sub)
-                                            .map(|q| q.wrapping_add(shift) & 0x0F);
-                                        level_chunks(
-                                            BITS,
-                                            self.group_bytes,
-                                            &levels,
-                                            &mut col_words,
-                                        );
-                                    } else {
-                                        chunks(block, sub, &mut col_words);
-                                    }
+                                    chunks(block, sub, &mut col_words);
                                 }
                                 for v in &mut col_words[..4] {
                                     *v ^= flip;
