@@ -136,9 +136,13 @@ pub fn parse_specs(s: &str) -> Result<Formats, Error> {
     }
     let mut out = Formats::default();
     for p in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match p {
-            _ if int8_format_tags().contains(&p) => out.int8.push(p.to_string()),
-            _ => {
+        // Tags in any case (`Q4_K`, as GGUF names the type).
+        match int8_format_tags()
+            .into_iter()
+            .find(|t| t.eq_ignore_ascii_case(p))
+        {
+            Some(tag) => out.int8.push(tag.to_string()),
+            None => {
                 let (b, g) = p.split_once(':').ok_or_else(|| {
                     Error::Usage(format!(
                         "{ENV_SPECS}: `{p}` is not BITS:GROUP (e.g. 4:128, 3:col) or an int8 format ({})",
@@ -486,8 +490,8 @@ mod tests {
 
     #[test]
     fn int8_format_tokens() {
-        let f = parse_specs("4:32, q4_0,iq4_nl ,q8_0").unwrap();
-        assert_eq!(f.int8, ["q4_0", "iq4_nl", "q8_0"]);
+        let f = parse_specs("4:32, q4_0,IQ4_NL ,q8_0, Q4_K").unwrap();
+        assert_eq!(f.int8, ["q4_0", "iq4_nl", "q8_0", "q4_k"]);
         assert_eq!(f.f32, [(4, Group::Size(32))]);
         assert_eq!(parse_specs("all").unwrap().int8, int8_format_tags());
         let e = parse_specs("iq4_xs").unwrap_err().to_string();

@@ -21,6 +21,23 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The format as GGUF and llama.cpp spell it (`Q4_K`), as in the README's
+/// first command, names the same kernels as its tag; a name outside the
+/// table is refused with the tags listed.
+#[test]
+fn format_names_in_any_case() {
+    let upper = ok(&["--target", "zen4", "--format", "Q4_K", "--op", "gemv"]);
+    let lower = ok(&["--target", "zen4", "--format", "q4_k", "--op", "gemv"]);
+    // Only the header's command line differs.
+    let body = |s: &str| s.lines().skip(2).collect::<Vec<_>>().join("\n");
+    assert!(upper.contains("q4_k_gemv_1x"), "{upper}");
+    assert_eq!(body(&upper), body(&lower));
+    let out = kgen(&["--target", "zen4", "--format", "Q4_Z"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Q4_Z") && err.contains("q4_k"), "{err}");
+}
+
 #[test]
 fn plan_format_json_has_the_int8_plan() {
     let text = ok(&[

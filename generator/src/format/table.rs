@@ -94,9 +94,14 @@ impl GgmlType {
     }
 }
 
-/// The format with this tag (`q4_0`), if any.
+/// The format with this tag (`q4_0`), if any. Case does not matter: the
+/// tags are GGUF's type names in lower case, and people write `Q4_K` as
+/// GGUF and llama.cpp print it.
 pub fn by_tag(tag: &str) -> Option<&'static Format> {
-    FORMATS.iter().copied().find(|f| f.tag == tag)
+    FORMATS
+        .iter()
+        .copied()
+        .find(|f| f.tag.eq_ignore_ascii_case(tag))
 }
 
 /// The format with this GGUF type id, if kgen supports it.
@@ -211,6 +216,8 @@ mod tests {
             );
             assert_eq!(type_name(f.gguf_type), Some(f.name));
             assert_eq!(by_tag(f.tag).map(|g| g.name), Some(f.name));
+            // GGUF's own spelling (`Q4_K`) names it too.
+            assert_eq!(by_tag(f.name).map(|g| g.name), Some(f.name));
             assert_eq!(f.tag, f.name.to_ascii_lowercase());
             assert!(f.super_block.is_multiple_of(f.block));
         }
