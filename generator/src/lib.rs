@@ -10,11 +10,13 @@
 //! [`explain`] the operation counts behind `kgen plan --explain`.
 //!
 //! [`format`], [`layout`] and [`spec`] describe the weights the kernels read
-//! and hold the scalar references they are checked against; they are the
-//! only modules built without the `codegen` feature, for the runtime.
+//! and hold the scalar references they are checked against; with
+//! [`measure`] (the machine's read bandwidth, for `kgen tune` and the
+//! benches) they are the only modules built without the `codegen` feature.
 
 pub mod format;
 pub mod layout;
+pub mod measure;
 pub mod spec;
 
 #[cfg(feature = "codegen")]

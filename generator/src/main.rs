@@ -65,7 +65,7 @@ enum Command {
     Plan(PlanArgs),
     /// List the known targets and the kernels each would get.
     Targets(TargetsArgs),
-    /// Time candidate micro tiles on this machine and store the winner in a profile.
+    /// Time candidate micro tiles on this machine and store the winner in a profile (with the machine's read bandwidth, for `native` plans).
     Tune(TuneArgs),
     /// What kgen makes of a GGUF model file on this CPU: tensors by type,
     /// the kernel each gets, repack times, `--check` against f64, `--json`
@@ -409,8 +409,20 @@ fn write_output(args: &GenArgs, text: &str, kernels: &[String]) -> Result<(), Er
     Ok(())
 }
 
+/// `--target`, with the read bandwidth a tuning profile measured on this
+/// machine when the target is `native` (`kgen tune` records it), said on
+/// standard error.
+fn load_target(spec: &SpecArgs) -> Result<kgen::target::TargetDesc, Error> {
+    let target = target::load(&spec.target)?;
+    let (target, note) = kgen::profile::with_measured_memory(&target, &profile_files(spec));
+    if let Some(n) = note {
+        note!("kgen: {n}");
+    }
+    Ok(target)
+}
+
 fn gen(args: &GenArgs) -> Result<(), Error> {
-    let target = target::load(&args.spec.target)?;
+    let target = load_target(&args.spec)?;
     let ops = ops_of(args.op, args.m);
     if let Some(format) = args.spec.format {
         // The int8 family: GEMV and a GEMM sharing its layout.
@@ -648,6 +660,9 @@ fn print_plan_i8(
                     }
                 )
             }
+            None if target.name == "native" => {
+                format!("{name}: bandwidth unknown (`kgen tune` measures it)")
+            }
             None => format!("{name}: no bandwidth in the target file"),
         };
         outln!(
@@ -680,7 +695,7 @@ fn print_plan_i8(
 }
 
 fn plan(args: &PlanArgs) -> Result<(), Error> {
-    let target = target::load(&args.spec.target)?;
+    let target = load_target(&args.spec)?;
     let op = match args.m {
         Some(m) => Op::Gemm { m },
         None => Op::Gemv,
@@ -942,6 +957,7 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
                 }
                 let one = kgen::profile::Profile {
                     entries: vec![f.entry],
+                    memory: Vec::new(),
                 };
                 outln!("# from {}\n{}", f.path.display(), one.to_toml());
             }

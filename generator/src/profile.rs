@@ -239,6 +239,87 @@ impl ProfileEntry {
 pub struct Profile {
     #[serde(default, rename = "entry")]
     pub entries: Vec<ProfileEntry>,
+    /// The machine's read bandwidth, one entry per CPU model and ISA set.
+    #[serde(default, rename = "memory", skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<MemoryEntry>,
+}
+
+/// The read bandwidth `kgen tune` measured on a machine (median passes
+/// over buffers far beyond L3, and well inside it): the memory side of the
+/// model's roofline for the `native` target, whose own figures are guesses
+/// (the OS does not report bandwidth). Keyed by CPU model, arch and ISA
+/// set only: no kernel was timed, so the kgen version does not matter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryEntry {
+    pub cpu_model: String,
+    pub arch: String,
+    /// The CPU's ISA features, sorted.
+    pub isa_set: Vec<String>,
+    /// DRAM, `threads` threads at once (one per core).
+    pub bandwidth_gbs: f64,
+    pub threads: usize,
+    /// DRAM, one thread.
+    pub bandwidth_per_core_gbs: f64,
+    /// A buffer inside L3, one thread; absent where the CPU has no L3
+    /// beyond its L2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l3_bandwidth_per_core_gbs: Option<f64>,
+    /// Bytes of the DRAM and L3 buffers.
+    pub dram_bytes: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l3_bytes: Option<usize>,
+}
+
+impl MemoryEntry {
+    /// Whether this entry was measured on the machine `target` describes.
+    pub fn matches(&self, target: &TargetDesc) -> bool {
+        let m = machine_key(target);
+        (&self.cpu_model, &self.arch, &self.isa_set) == (&m.cpu_model, &m.arch, &m.isa_set)
+    }
+
+    /// The figures as a target's memory description.
+    pub fn memory(&self) -> crate::target::desc::Memory {
+        crate::target::desc::Memory {
+            bandwidth_gbs: self.bandwidth_gbs,
+            bandwidth_per_core_gbs: self.bandwidth_per_core_gbs,
+            l3_bandwidth_per_core_gbs: self.l3_bandwidth_per_core_gbs,
+        }
+    }
+}
+
+/// `target` with the memory figures a profile in `files` measured on this
+/// machine, and a note saying so, when `target` is `native` (a named
+/// target describes a class of CPU, not the machine the profile was
+/// measured on, and keeps its file's figures).
+pub fn with_measured_memory(
+    target: &TargetDesc,
+    files: &[PathBuf],
+) -> (TargetDesc, Option<String>) {
+    let mut t = target.clone();
+    if target.name != "native" {
+        return (t, None);
+    }
+    for path in files {
+        let Ok(p) = Profile::load(path) else {
+            continue;
+        };
+        if let Some(e) = p.memory.iter().find(|e| e.matches(target)) {
+            t.memory = e.memory();
+            let l3 = e
+                .l3_bandwidth_per_core_gbs
+                .map_or(String::new(), |g| format!(", L3 {g:.1}"));
+            let note = format!(
+                "memory bandwidth of `native` measured by kgen tune ({}): DRAM {:.1} GB/s per core, {:.1} on {} threads{l3}",
+                path.display(),
+                e.bandwidth_per_core_gbs,
+                e.bandwidth_gbs,
+                e.threads
+            );
+            return (t, Some(note));
+        }
+    }
+    (t, None)
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -278,6 +359,17 @@ impl Profile {
         crate::emit::write_if_changed(path, &text)
             .map(|_| ())
             .map_err(|e| ProfileError(format!("{}: {e}", path.display())))
+    }
+
+    /// Replaces the memory entry of the same machine, or adds it.
+    pub fn upsert_memory(&mut self, entry: MemoryEntry) {
+        let same = |e: &MemoryEntry| {
+            (&e.cpu_model, &e.arch, &e.isa_set) == (&entry.cpu_model, &entry.arch, &entry.isa_set)
+        };
+        match self.memory.iter_mut().find(|e| same(e)) {
+            Some(e) => *e = entry,
+            None => self.memory.push(entry),
+        }
     }
 
     /// Replaces the entry with the same key, or adds it.
@@ -377,6 +469,29 @@ pub fn key_for(target: &TargetDesc, isa: &Isa, spec: &KernelSpec, threads: usize
         m,
         threads,
         ..machine_key(target)
+    }
+}
+
+/// The memory entry of `target`'s machine for `measured` read bandwidths
+/// (DRAM on `threads` threads, DRAM on one, L3 on one) over buffers of
+/// `dram_bytes` and `l3_bytes`.
+pub fn memory_entry(
+    target: &TargetDesc,
+    measured: &crate::target::desc::Memory,
+    threads: usize,
+    (dram_bytes, l3_bytes): (usize, Option<usize>),
+) -> MemoryEntry {
+    let m = machine_key(target);
+    MemoryEntry {
+        cpu_model: m.cpu_model,
+        arch: m.arch,
+        isa_set: m.isa_set,
+        bandwidth_gbs: measured.bandwidth_gbs,
+        threads,
+        bandwidth_per_core_gbs: measured.bandwidth_per_core_gbs,
+        l3_bandwidth_per_core_gbs: measured.l3_bandwidth_per_core_gbs,
+        dram_bytes,
+        l3_bytes,
     }
 }
 
@@ -506,6 +621,47 @@ pub fn op_of(gemm: bool, m: usize) -> Op {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A memory entry survives the file, replaces its machine's old one,
+    /// and applies to `native` on that machine only.
+    #[test]
+    fn measured_memory_applies_to_native_on_its_machine() {
+        let native = crate::target::native::detect();
+        let measured = crate::target::desc::Memory {
+            bandwidth_gbs: 30.0,
+            bandwidth_per_core_gbs: 12.5,
+            l3_bandwidth_per_core_gbs: Some(40.0),
+        };
+        let mut p = Profile::default();
+        p.upsert_memory(memory_entry(
+            &native,
+            &measured,
+            2,
+            (1 << 28, Some(1 << 23)),
+        ));
+        let newer = crate::target::desc::Memory {
+            bandwidth_per_core_gbs: 13.0,
+            ..measured.clone()
+        };
+        p.upsert_memory(memory_entry(&native, &newer, 2, (1 << 28, Some(1 << 23))));
+        assert_eq!(p.memory.len(), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        p.save(&path).unwrap();
+        assert_eq!(Profile::load(&path).unwrap(), p);
+        let files = [path];
+
+        let (t, note) = with_measured_memory(&native, &files);
+        assert_eq!(t.memory, newer);
+        assert!(note.is_some_and(|n| n.contains("13.0")));
+        // Another CPU model, or a named target: their own figures.
+        let mut other = native.clone();
+        other.description = "Another CPU".into();
+        assert_eq!(with_measured_memory(&other, &files).0.memory, native.memory);
+        let zen3 = crate::target::load("zen3").unwrap();
+        let (t, note) = with_measured_memory(&zen3, &files);
+        assert_eq!((t.memory, note), (zen3.memory.clone(), None));
+    }
 
     fn key() -> ProfileKey {
         ProfileKey {

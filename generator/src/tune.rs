@@ -18,7 +18,9 @@
 //!    medians, rotated order) until the budget is spent.
 //! 4. **Profile**: the results, keyed by machine, family, format and op, are
 //!    written to `profiles/<machine>.toml`; the planner and build scripts
-//!    read them.
+//!    read them. Beside them, once per machine, its read bandwidth
+//!    ([`record_memory`], timed with [`crate::measure`]): the memory side
+//!    of the roofline when plans are made for `native`.
 
 use crate::family::f32::isa::Isa;
 use crate::family::f32::planner;
@@ -358,6 +360,61 @@ fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result
     )
 }
 
+/// Measures the machine's read bandwidth into the profile beside the tiles,
+/// once per machine (again with `force`), for `native` only (a named
+/// target's memory comes from its file): `native` plans then set their
+/// roofline against it instead of the run-time description's guesses.
+/// DRAM on one thread and on one per core over a buffer four times the L3
+/// (at least 256 MiB, and 16 MiB per thread), L3 on one thread over a
+/// quarter of it (at least twice the L2, at most 16 MiB). Returns a note
+/// of what was measured.
+pub fn record_memory(
+    target: &TargetDesc,
+    dir: &Path,
+    force: bool,
+) -> Result<Option<String>, Error> {
+    if target.name != "native" {
+        return Ok(None);
+    }
+    let path = profile_file(dir, &target.description);
+    let mut p = if path.exists() {
+        Profile::load(&path).map_err(|e| Error::Usage(e.to_string()))?
+    } else {
+        Profile::default()
+    };
+    if !force && p.memory.iter().any(|e| e.matches(target)) {
+        return Ok(None);
+    }
+    let (l2, l3) = (target.cache.l2 as usize, target.cache.l3 as usize);
+    let l3_bytes = (l3 > 2 * l2).then(|| (l3 / 4).max(2 * l2).min(16 << 20));
+    let threads = target.core.cores.max(1) as usize;
+    let dram_bytes = (4 * l3).max(256 << 20);
+    let memory = crate::target::desc::Memory {
+        bandwidth_per_core_gbs: crate::measure::read_bandwidth_gbs(dram_bytes),
+        bandwidth_gbs: crate::measure::read_bandwidth_threads_gbs(
+            dram_bytes.max(threads * (16 << 20)),
+            threads,
+        ),
+        l3_bandwidth_per_core_gbs: l3_bytes.map(crate::measure::read_bandwidth_gbs),
+    };
+    p.upsert_memory(profile::memory_entry(
+        target,
+        &memory,
+        threads,
+        (dram_bytes, l3_bytes),
+    ));
+    p.save(&path).map_err(|e| Error::Usage(e.to_string()))?;
+    let l3 = memory
+        .l3_bandwidth_per_core_gbs
+        .map_or(String::new(), |g| format!(", L3 {g:.1} GB/s per core"));
+    Ok(Some(format!(
+        "read bandwidth measured into {}: DRAM {:.1} GB/s per core, {:.1} on {threads} threads{l3}",
+        path.display(),
+        memory.bandwidth_per_core_gbs,
+        memory.bandwidth_gbs
+    )))
+}
+
 /// The profile's entry for `key`, if it answers without measuring.
 fn cached(key: &ProfileKey, req_force: bool, dir: &Path) -> Option<TuneOutcome> {
     let found = profile::lookup(&profile::files_in(dir), key);
@@ -558,7 +615,9 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
         .expect("portable always runs");
     let key = key_for(target, &isa, &req.spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    if let Some(hit) = cached(&key, req.force, &req.profile_dir) {
+    let memory = record_memory(target, &req.profile_dir, req.force)?;
+    if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
+        hit.notes.extend(memory);
         return Ok(hit);
     }
 
@@ -633,7 +692,14 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
             })
         })
         .collect();
-    save(key, path, &req.shapes, measured, failed, Vec::new())
+    save(
+        key,
+        path,
+        &req.shapes,
+        measured,
+        failed,
+        memory.into_iter().collect(),
+    )
 }
 
 /// Runs `kgen tune --format` for one int8 format and op on the best int8 ISA
@@ -657,7 +723,9 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
         })?;
     let key = key_for_i8(target, &isa, &spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    if let Some(hit) = cached(&key, req.force, &req.profile_dir) {
+    let memory = record_memory(target, &req.profile_dir, req.force)?;
+    if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
+        hit.notes.extend(memory);
         return Ok(hit);
     }
     let shape = req.shapes.first().copied().unwrap_or((4096, 4096));
@@ -671,7 +739,7 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
         .into_iter()
         .next()
         .expect("one ISA, one op");
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> = memory.into_iter().collect();
     if let Op::Gemm { .. } = spec.op {
         notes.push(format!(
             "GEMM tiles on the GEMV layout {} (t_u={} m_b={} t_b={}) from {}",

@@ -372,6 +372,7 @@ fn tune_print_and_report_cover_int8_entries() {
             measured: vec![m],
             failed: vec![],
         }],
+        memory: vec![],
     };
     p.save(&kgen::tune::profile_file(dir.path(), &target.description))
         .unwrap();
@@ -398,6 +399,65 @@ fn tune_print_and_report_cover_int8_entries() {
         out.contains("int8") && out.contains("q8_0") && out.contains("t_u=2 t_sub=2 m_r=1"),
         "{out}"
     );
+}
+
+/// A profile's measured read bandwidth is the roofline's memory side for
+/// `native` (and said on standard error); without one, `native` says the
+/// L3 figure is unknown and how to get it.
+#[test]
+fn native_plans_take_the_measured_bandwidth() {
+    use kgen::profile::{memory_entry, Profile};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let target = kgen::target::load("native").unwrap();
+    let args = [
+        "plan",
+        "--target",
+        "native",
+        "--format",
+        "q4_0",
+        "--explain",
+        "--profile",
+        d,
+    ];
+    let before = ok(&args);
+    assert!(
+        before.contains("L3: bandwidth unknown (`kgen tune` measures it)"),
+        "{before}"
+    );
+    let measured = kgen::target::desc::Memory {
+        bandwidth_gbs: 33.3,
+        bandwidth_per_core_gbs: 11.1,
+        l3_bandwidth_per_core_gbs: Some(44.4),
+    };
+    let p = Profile {
+        entries: vec![],
+        memory: vec![memory_entry(
+            &target,
+            &measured,
+            2,
+            (1 << 28, Some(1 << 23)),
+        )],
+    };
+    p.save(&kgen::tune::profile_file(dir.path(), &target.description))
+        .unwrap();
+    let out = kgen(&args);
+    assert!(out.status.success());
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        text.contains("weights in DRAM 11.1 GB/s per core")
+            && text.contains("in L3 44.4 GB/s per core"),
+        "{text}"
+    );
+    assert!(err.contains("measured by kgen tune"), "{err}");
+    // --no-profile: the guesses again.
+    let mut plain = args.to_vec();
+    plain.truncate(6);
+    plain.push("--no-profile");
+    assert!(ok(&plain).contains("L3: bandwidth unknown"));
 }
 
 /// `kgen ... | head` must not panic: every command, with standard output a
