@@ -1605,8 +1605,20 @@ mod tests {
         // Each call finds the worker parked and has tasks far shorter than
         // waking it takes, so the caller runs them alone: no gain, but the
         // wake-up's fault, and the pool keeps both threads.
-        let pool = Pool::new(2);
-        for round in 0..4 {
+        //
+        // A woken worker that claims an index and then loses its core (the
+        // other tests share the two cores) makes the caller run that index
+        // again, and such a call is judged as usual, by design: its round
+        // does not count, and the next one starts on a fresh pool, without
+        // the back-off it recorded. (Asserting every round failed about one
+        // run in five that way.)
+        let mut pool = Pool::new(2);
+        let (mut clean, mut woke) = (0, 0);
+        for round in 0..40 {
+            if clean == 4 {
+                break;
+            }
+            let before = pool.stats();
             until_parked(&pool, 1);
             let hits: Vec<AtomicUsize> = (0..2).map(|_| AtomicUsize::new(0)).collect();
             pool.run_chunks(2, &|i| {
@@ -1618,12 +1630,23 @@ mod tests {
             assert_eq!(out, vec![7, 8], "round {round}");
             assert_eq!(mine + adopted, 2);
             let st = pool.stats();
-            assert_eq!(st.no_gain, st.woke, "round {round}: {st:?}");
+            if st.rerun > before.rerun {
+                pool = Pool::new(2);
+                continue;
+            }
+            assert_eq!(
+                st.no_gain - before.no_gain,
+                st.woke - before.woke,
+                "round {round}: {st:?}"
+            );
             assert_eq!(st.reduced, 0, "round {round}: {st:?}");
             assert!(pool.run_lock.lock().unwrap().until.is_none());
+            clean += 1;
+            woke += st.woke - before.woke;
         }
+        assert_eq!(clean, 4, "four rounds without a stalled worker");
         // The calls did gain nothing (so the test tests something).
-        assert!(pool.stats().woke > 0, "{:?}", pool.stats());
+        assert!(woke > 0);
     }
 
     #[cfg(target_os = "linux")]
