@@ -414,7 +414,7 @@ fn write_output(args: &GenArgs, text: &str, kernels: &[String]) -> Result<(), Er
 /// standard error.
 fn load_target(spec: &SpecArgs) -> Result<kgen::target::TargetDesc, Error> {
     let target = target::load(&spec.target)?;
-    let (target, note) = kgen::profile::with_measured_memory(&target, &profile_files(spec));
+    let (target, note) = kgen::profile::with_measured_machine(&target, &profile_files(spec));
     if let Some(n) = note {
         note!("kgen: {n}");
     }
@@ -957,7 +957,7 @@ fn tune(args: &TuneArgs) -> Result<(), Error> {
                 }
                 let one = kgen::profile::Profile {
                     entries: vec![f.entry],
-                    memory: Vec::new(),
+                    machines: Vec::new(),
                 };
                 outln!("# from {}\n{}", f.path.display(), one.to_toml());
             }

@@ -1,8 +1,9 @@
-//! The machine's read bandwidth: what a weight-streaming GEMV is measured
-//! against. The benches set their GEMVs against it (`kgen-benches`), and
-//! `kgen tune` stores it in a tuning profile (per core from DRAM and from
-//! L3, and all cores from DRAM), which `native` plans then use instead of
-//! the guesses in [`crate::target`]'s run-time description.
+//! The machine's read bandwidth, what a weight-streaming GEMV is measured
+//! against, and the clock one busy core runs at. The benches set their
+//! GEMVs against the bandwidth (`kgen-benches`), and `kgen tune` stores
+//! both in a tuning profile (bandwidth per core from DRAM and from L3, and
+//! all cores from DRAM), which `native` plans then use instead of the
+//! guesses in [`crate::target`]'s run-time description.
 //!
 //! Timing lives here and in `kgen tune` only: nothing a build script calls
 //! measures anything.
@@ -125,6 +126,74 @@ unsafe fn sum_words_avx2(v: &[u64]) -> [u64; 8] {
     out
 }
 
+/// Dependent adds per pass of [`clock_ghz`]'s loop.
+const CHAIN: u64 = 16;
+
+/// The clock one busy core runs at, in GHz: a chain of dependent integer
+/// adds (one per cycle on every core kgen targets) timed over about 50 ms,
+/// the fastest of five runs. `/proc/cpuinfo` gives a VM's nominal clock
+/// (2.45 GHz on the Zen 3 VM, whose cores run at about 2.95), and the
+/// model's compute side scales with it. `None` on other architectures.
+pub fn clock_ghz() -> Option<f64> {
+    let passes = 3_000_000u64;
+    let once = || -> Option<f64> {
+        let s = Instant::now();
+        add_chain(passes)?;
+        Some((passes * CHAIN) as f64 / s.elapsed().as_secs_f64() / 1e9)
+    };
+    once()?;
+    (0..5).filter_map(|_| once()).reduce(f64::max)
+}
+
+/// `passes` x [`CHAIN`] dependent adds (the loop's own decrement and branch
+/// run beside them).
+#[cfg(target_arch = "x86_64")]
+fn add_chain(passes: u64) -> Option<u64> {
+    let mut x = 0u64;
+    // SAFETY: register arithmetic and a backward branch; no memory.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
+            "dec {n}",
+            "jnz 2b",
+            x = inout(reg) x,
+            n = inout(reg) passes => _,
+            options(nomem, nostack),
+        );
+    }
+    Some(x)
+}
+
+#[cfg(target_arch = "aarch64")]
+fn add_chain(passes: u64) -> Option<u64> {
+    let mut x = 0u64;
+    // SAFETY: register arithmetic and a backward branch; no memory.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
+            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
+            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
+            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
+            "subs {n}, {n}, #1",
+            "b.ne 2b",
+            x = inout(reg) x,
+            n = inout(reg) passes => _,
+            options(nomem, nostack),
+        );
+    }
+    Some(x)
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn add_chain(_passes: u64) -> Option<u64> {
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::{sum_words, sum_words_scalar};
@@ -139,6 +208,17 @@ mod tests {
             let want = v.iter().fold(0u64, |s, w| s.wrapping_add(*w));
             assert_eq!(total(sum_words_scalar(&v)), want, "scalar, len {len}");
             assert_eq!(total(sum_words(&v)), want, "len {len}");
+        }
+    }
+
+    /// The add chain's count is exact, and the clock it gives is a plausible
+    /// one (the bound is loose: a loaded CI machine runs slower).
+    #[test]
+    fn the_add_chain_counts_and_clocks() {
+        if let Some(x) = super::add_chain(1000) {
+            assert_eq!(x, 1000 * super::CHAIN);
+            let ghz = super::clock_ghz().unwrap();
+            assert!((0.2..10.0).contains(&ghz), "{ghz} GHz");
         }
     }
 }

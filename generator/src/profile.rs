@@ -239,19 +239,22 @@ impl ProfileEntry {
 pub struct Profile {
     #[serde(default, rename = "entry")]
     pub entries: Vec<ProfileEntry>,
-    /// The machine's read bandwidth, one entry per CPU model and ISA set.
-    #[serde(default, rename = "memory", skip_serializing_if = "Vec::is_empty")]
-    pub memory: Vec<MemoryEntry>,
+    /// The machine's read bandwidth and clock, one entry per CPU model and
+    /// ISA set.
+    #[serde(default, rename = "machine", skip_serializing_if = "Vec::is_empty")]
+    pub machines: Vec<MachineEntry>,
 }
 
-/// The read bandwidth `kgen tune` measured on a machine (median passes
-/// over buffers far beyond L3, and well inside it): the memory side of the
-/// model's roofline for the `native` target, whose own figures are guesses
-/// (the OS does not report bandwidth). Keyed by CPU model, arch and ISA
-/// set only: no kernel was timed, so the kgen version does not matter.
+/// What `kgen tune` measured of a machine itself: its read bandwidth
+/// (median passes over buffers far beyond L3, and well inside it) and the
+/// clock one busy core runs at. They replace the `native` target's guesses
+/// (the OS reports no bandwidth, and `/proc/cpuinfo` a VM's nominal clock):
+/// the memory and compute sides of the model's roofline. Keyed by CPU
+/// model, arch and ISA set only: no kernel was timed, so the kgen version
+/// does not matter.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MemoryEntry {
+pub struct MachineEntry {
     pub cpu_model: String,
     pub arch: String,
     /// The CPU's ISA features, sorted.
@@ -269,9 +272,12 @@ pub struct MemoryEntry {
     pub dram_bytes: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l3_bytes: Option<usize>,
+    /// GHz of one busy core (a chain of dependent adds), where measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ghz: Option<f64>,
 }
 
-impl MemoryEntry {
+impl MachineEntry {
     /// Whether this entry was measured on the machine `target` describes.
     pub fn matches(&self, target: &TargetDesc) -> bool {
         let m = machine_key(target);
@@ -288,11 +294,11 @@ impl MemoryEntry {
     }
 }
 
-/// `target` with the memory figures a profile in `files` measured on this
-/// machine, and a note saying so, when `target` is `native` (a named
+/// `target` with the memory figures and clock a profile in `files` measured
+/// on this machine, and a note saying so, when `target` is `native` (a named
 /// target describes a class of CPU, not the machine the profile was
 /// measured on, and keeps its file's figures).
-pub fn with_measured_memory(
+pub fn with_measured_machine(
     target: &TargetDesc,
     files: &[PathBuf],
 ) -> (TargetDesc, Option<String>) {
@@ -304,13 +310,19 @@ pub fn with_measured_memory(
         let Ok(p) = Profile::load(path) else {
             continue;
         };
-        if let Some(e) = p.memory.iter().find(|e| e.matches(target)) {
+        if let Some(e) = p.machines.iter().find(|e| e.matches(target)) {
             t.memory = e.memory();
+            if let Some(ghz) = e.ghz {
+                t.core.ghz = ghz;
+            }
             let l3 = e
                 .l3_bandwidth_per_core_gbs
                 .map_or(String::new(), |g| format!(", L3 {g:.1}"));
+            let clock = e
+                .ghz
+                .map_or(String::new(), |g| format!("; clock {g:.2} GHz"));
             let note = format!(
-                "memory bandwidth of `native` measured by kgen tune ({}): DRAM {:.1} GB/s per core, {:.1} on {} threads{l3}",
+                "`native` as kgen tune measured it ({}): DRAM {:.1} GB/s per core, {:.1} on {} threads{l3}{clock}",
                 path.display(),
                 e.bandwidth_per_core_gbs,
                 e.bandwidth_gbs,
@@ -362,13 +374,13 @@ impl Profile {
     }
 
     /// Replaces the memory entry of the same machine, or adds it.
-    pub fn upsert_memory(&mut self, entry: MemoryEntry) {
-        let same = |e: &MemoryEntry| {
+    pub fn upsert_machine(&mut self, entry: MachineEntry) {
+        let same = |e: &MachineEntry| {
             (&e.cpu_model, &e.arch, &e.isa_set) == (&entry.cpu_model, &entry.arch, &entry.isa_set)
         };
-        match self.memory.iter_mut().find(|e| same(e)) {
+        match self.machines.iter_mut().find(|e| same(e)) {
             Some(e) => *e = entry,
-            None => self.memory.push(entry),
+            None => self.machines.push(entry),
         }
     }
 
@@ -472,17 +484,18 @@ pub fn key_for(target: &TargetDesc, isa: &Isa, spec: &KernelSpec, threads: usize
     }
 }
 
-/// The memory entry of `target`'s machine for `measured` read bandwidths
-/// (DRAM on `threads` threads, DRAM on one, L3 on one) over buffers of
-/// `dram_bytes` and `l3_bytes`.
-pub fn memory_entry(
+/// The entry of `target`'s machine for `measured` read bandwidths (DRAM on
+/// `threads` threads, DRAM on one, L3 on one) over buffers of `dram_bytes`
+/// and `l3_bytes`, and its measured clock `ghz`.
+pub fn machine_entry(
     target: &TargetDesc,
     measured: &crate::target::desc::Memory,
     threads: usize,
     (dram_bytes, l3_bytes): (usize, Option<usize>),
-) -> MemoryEntry {
+    ghz: Option<f64>,
+) -> MachineEntry {
     let m = machine_key(target);
-    MemoryEntry {
+    MachineEntry {
         cpu_model: m.cpu_model,
         arch: m.arch,
         isa_set: m.isa_set,
@@ -492,6 +505,7 @@ pub fn memory_entry(
         l3_bandwidth_per_core_gbs: measured.l3_bandwidth_per_core_gbs,
         dram_bytes,
         l3_bytes,
+        ghz,
     }
 }
 
@@ -622,10 +636,10 @@ pub fn op_of(gemm: bool, m: usize) -> Op {
 mod tests {
     use super::*;
 
-    /// A memory entry survives the file, replaces its machine's old one,
+    /// A machine entry survives the file, replaces its machine's old one,
     /// and applies to `native` on that machine only.
     #[test]
-    fn measured_memory_applies_to_native_on_its_machine() {
+    fn measured_machine_applies_to_native_on_its_machine() {
         let native = crate::target::native::detect();
         let measured = crate::target::desc::Memory {
             bandwidth_gbs: 30.0,
@@ -633,33 +647,44 @@ mod tests {
             l3_bandwidth_per_core_gbs: Some(40.0),
         };
         let mut p = Profile::default();
-        p.upsert_memory(memory_entry(
+        p.upsert_machine(machine_entry(
             &native,
             &measured,
             2,
             (1 << 28, Some(1 << 23)),
+            None,
         ));
         let newer = crate::target::desc::Memory {
             bandwidth_per_core_gbs: 13.0,
             ..measured.clone()
         };
-        p.upsert_memory(memory_entry(&native, &newer, 2, (1 << 28, Some(1 << 23))));
-        assert_eq!(p.memory.len(), 1);
+        p.upsert_machine(machine_entry(
+            &native,
+            &newer,
+            2,
+            (1 << 28, Some(1 << 23)),
+            Some(3.25),
+        ));
+        assert_eq!(p.machines.len(), 1);
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.toml");
         p.save(&path).unwrap();
         assert_eq!(Profile::load(&path).unwrap(), p);
         let files = [path];
 
-        let (t, note) = with_measured_memory(&native, &files);
-        assert_eq!(t.memory, newer);
-        assert!(note.is_some_and(|n| n.contains("13.0")));
+        let (t, note) = with_measured_machine(&native, &files);
+        assert_eq!((t.memory, t.core.ghz), (newer, 3.25));
+        assert!(note.is_some_and(|n| n.contains("13.0") && n.contains("3.25 GHz")));
         // Another CPU model, or a named target: their own figures.
         let mut other = native.clone();
         other.description = "Another CPU".into();
-        assert_eq!(with_measured_memory(&other, &files).0.memory, native.memory);
+        let (t, note) = with_measured_machine(&other, &files);
+        assert_eq!(
+            (t.memory, t.core.ghz, note),
+            (native.memory.clone(), native.core.ghz, None)
+        );
         let zen3 = crate::target::load("zen3").unwrap();
-        let (t, note) = with_measured_memory(&zen3, &files);
+        let (t, note) = with_measured_machine(&zen3, &files);
         assert_eq!((t.memory, note), (zen3.memory.clone(), None));
     }
 

@@ -19,7 +19,7 @@
 //! 4. **Profile**: the results, keyed by machine, family, format and op, are
 //!    written to `profiles/<machine>.toml`; the planner and build scripts
 //!    read them. Beside them, once per machine, its read bandwidth
-//!    ([`record_memory`], timed with [`crate::measure`]): the memory side
+//!    ([`record_machine`], timed with [`crate::measure`]): the memory side
 //!    of the roofline when plans are made for `native`.
 
 use crate::family::f32::isa::Isa;
@@ -360,15 +360,16 @@ fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result
     )
 }
 
-/// Measures the machine's read bandwidth into the profile beside the tiles,
-/// once per machine (again with `force`), for `native` only (a named
-/// target's memory comes from its file): `native` plans then set their
-/// roofline against it instead of the run-time description's guesses.
+/// Measures the machine's read bandwidth and clock into the profile beside
+/// the tiles, once per machine (again with `force`), for `native` only (a
+/// named target's figures come from its file): `native` plans then set
+/// their roofline against them instead of the run-time description's
+/// guesses.
 /// DRAM on one thread and on one per core over a buffer four times the L3
 /// (at least 256 MiB, and 16 MiB per thread), L3 on one thread over a
 /// quarter of it (at least twice the L2, at most 16 MiB). Returns a note
 /// of what was measured.
-pub fn record_memory(
+pub fn record_machine(
     target: &TargetDesc,
     dir: &Path,
     force: bool,
@@ -382,7 +383,7 @@ pub fn record_memory(
     } else {
         Profile::default()
     };
-    if !force && p.memory.iter().any(|e| e.matches(target)) {
+    if !force && p.machines.iter().any(|e| e.matches(target)) {
         return Ok(None);
     }
     let (l2, l3) = (target.cache.l2 as usize, target.cache.l3 as usize);
@@ -397,18 +398,21 @@ pub fn record_memory(
         ),
         l3_bandwidth_per_core_gbs: l3_bytes.map(crate::measure::read_bandwidth_gbs),
     };
-    p.upsert_memory(profile::memory_entry(
+    let ghz = crate::measure::clock_ghz();
+    p.upsert_machine(profile::machine_entry(
         target,
         &memory,
         threads,
         (dram_bytes, l3_bytes),
+        ghz,
     ));
     p.save(&path).map_err(|e| Error::Usage(e.to_string()))?;
     let l3 = memory
         .l3_bandwidth_per_core_gbs
         .map_or(String::new(), |g| format!(", L3 {g:.1} GB/s per core"));
+    let clock = ghz.map_or(String::new(), |g| format!("; clock {g:.2} GHz"));
     Ok(Some(format!(
-        "read bandwidth measured into {}: DRAM {:.1} GB/s per core, {:.1} on {threads} threads{l3}",
+        "read bandwidth and clock measured into {}: DRAM {:.1} GB/s per core, {:.1} on {threads} threads{l3}{clock}",
         path.display(),
         memory.bandwidth_per_core_gbs,
         memory.bandwidth_gbs
@@ -615,7 +619,7 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
         .expect("portable always runs");
     let key = key_for(target, &isa, &req.spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    let memory = record_memory(target, &req.profile_dir, req.force)?;
+    let memory = record_machine(target, &req.profile_dir, req.force)?;
     if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
         hit.notes.extend(memory);
         return Ok(hit);
@@ -723,7 +727,7 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
         })?;
     let key = key_for_i8(target, &isa, &spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    let memory = record_memory(target, &req.profile_dir, req.force)?;
+    let memory = record_machine(target, &req.profile_dir, req.force)?;
     if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
         hit.notes.extend(memory);
         return Ok(hit);

@@ -372,7 +372,7 @@ fn tune_print_and_report_cover_int8_entries() {
             measured: vec![m],
             failed: vec![],
         }],
-        memory: vec![],
+        machines: vec![],
     };
     p.save(&kgen::tune::profile_file(dir.path(), &target.description))
         .unwrap();
@@ -401,12 +401,12 @@ fn tune_print_and_report_cover_int8_entries() {
     );
 }
 
-/// A profile's measured read bandwidth is the roofline's memory side for
-/// `native` (and said on standard error); without one, `native` says the
-/// L3 figure is unknown and how to get it.
+/// A profile's measured read bandwidth and clock are the roofline's sides
+/// for `native` (and said on standard error); without one, `native` says
+/// the L3 figure is unknown and how to get it.
 #[test]
 fn native_plans_take_the_measured_bandwidth() {
-    use kgen::profile::{memory_entry, Profile};
+    use kgen::profile::{machine_entry, Profile};
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let target = kgen::target::load("native").unwrap();
@@ -432,11 +432,12 @@ fn native_plans_take_the_measured_bandwidth() {
     };
     let p = Profile {
         entries: vec![],
-        memory: vec![memory_entry(
+        machines: vec![machine_entry(
             &target,
             &measured,
             2,
             (1 << 28, Some(1 << 23)),
+            Some(3.21),
         )],
     };
     p.save(&kgen::tune::profile_file(dir.path(), &target.description))
@@ -449,10 +450,11 @@ fn native_plans_take_the_measured_bandwidth() {
     );
     assert!(
         text.contains("weights in DRAM 11.1 GB/s per core")
-            && text.contains("in L3 44.4 GB/s per core"),
+            && text.contains("in L3 44.4 GB/s per core")
+            && text.contains("at 3.21 GHz"),
         "{text}"
     );
-    assert!(err.contains("measured by kgen tune"), "{err}");
+    assert!(err.contains("as kgen tune measured it"), "{err}");
     // --no-profile: the guesses again.
     let mut plain = args.to_vec();
     plain.truncate(6);

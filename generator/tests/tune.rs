@@ -51,19 +51,22 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
     );
     assert_eq!(e.key.kgen_version, kgen::VERSION);
 
-    // Beside the tiles, the machine's read bandwidth, once: `native` plans
-    // set their roofline against it.
+    // Beside the tiles, the machine's read bandwidth and clock, once:
+    // `native` plans set their roofline against them.
     let profile = kgen::profile::Profile::load(&first.path).unwrap();
-    let [mem] = &profile.memory[..] else {
-        panic!("one memory entry: {:?}", profile.memory);
+    let [mem] = &profile.machines[..] else {
+        panic!("one machine entry: {:?}", profile.machines);
     };
     assert!(mem.matches(&target));
     assert!(mem.bandwidth_per_core_gbs > 0.0 && mem.bandwidth_gbs > 0.0);
     assert!(mem.dram_bytes >= 256 << 20);
     assert!(first.notes.iter().any(|n| n.contains("read bandwidth")));
     let (measured, note) =
-        kgen::profile::with_measured_memory(&target, &kgen::profile::files_in(dir.path()));
+        kgen::profile::with_measured_machine(&target, &kgen::profile::files_in(dir.path()));
     assert_eq!(measured.memory, mem.memory());
+    if let Some(ghz) = mem.ghz {
+        assert_eq!(measured.core.ghz, ghz);
+    }
     assert!(note.is_some_and(|n| n.contains("kgen tune")));
 
     let second = tune(&target, &req).unwrap();
@@ -72,7 +75,7 @@ fn tiny_tune_writes_a_profile_then_hits_the_cache() {
     // Not measured again.
     assert!(second.notes.is_empty(), "{:?}", second.notes);
     let again = kgen::profile::Profile::load(&first.path).unwrap();
-    assert_eq!(again.memory, profile.memory);
+    assert_eq!(again.machines, profile.machines);
 
     // The planner then takes its tile from the profile, and says so.
     let mut r = kgen::Request::new(4, Group::Size(32), vec![Op::Gemv]);
