@@ -145,42 +145,45 @@ pub fn clock_ghz() -> Option<f64> {
     (0..5).filter_map(|_| once()).reduce(f64::max)
 }
 
-/// `passes` x [`CHAIN`] dependent adds (the loop's own decrement and branch
-/// run beside them).
+/// One add of the chain, and the loop's decrement and backward branch.
 #[cfg(target_arch = "x86_64")]
-fn add_chain(passes: u64) -> Option<u64> {
-    let mut x = 0u64;
-    // SAFETY: register arithmetic and a backward branch; no memory.
-    unsafe {
-        std::arch::asm!(
-            "2:",
-            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
-            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
-            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
-            "add {x}, 1", "add {x}, 1", "add {x}, 1", "add {x}, 1",
-            "dec {n}",
-            "jnz 2b",
-            x = inout(reg) x,
-            n = inout(reg) passes => _,
-            options(nomem, nostack),
-        );
-    }
-    Some(x)
+macro_rules! chain_asm {
+    (add) => {
+        "add {x}, 1\n"
+    };
+    (next) => {
+        "dec {n}\njnz 2b"
+    };
+}
+#[cfg(target_arch = "aarch64")]
+macro_rules! chain_asm {
+    (add) => {
+        "add {x}, {x}, #1\n"
+    };
+    (next) => {
+        "subs {n}, {n}, #1\nb.ne 2b"
+    };
 }
 
-#[cfg(target_arch = "aarch64")]
+/// `passes` x [`CHAIN`] dependent adds (the loop's own decrement and branch
+/// run beside them).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 fn add_chain(passes: u64) -> Option<u64> {
+    macro_rules! four {
+        () => {
+            concat!(
+                chain_asm!(add),
+                chain_asm!(add),
+                chain_asm!(add),
+                chain_asm!(add)
+            )
+        };
+    }
     let mut x = 0u64;
     // SAFETY: register arithmetic and a backward branch; no memory.
     unsafe {
         std::arch::asm!(
-            "2:",
-            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
-            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
-            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
-            "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1", "add {x}, {x}, #1",
-            "subs {n}, {n}, #1",
-            "b.ne 2b",
+            concat!("2:\n", four!(), four!(), four!(), four!(), chain_asm!(next)),
             x = inout(reg) x,
             n = inout(reg) passes => _,
             options(nomem, nostack),
