@@ -398,7 +398,8 @@ pub fn record_machine(
         ),
         l3_bandwidth_per_core_gbs: l3_bytes.map(crate::measure::read_bandwidth_gbs),
     };
-    let ghz = crate::measure::clock_ghz();
+    // To 10 MHz, as the run-time description reads `/proc/cpuinfo`.
+    let ghz = crate::measure::clock_ghz().map(|g| (g * 100.0).round() / 100.0);
     p.upsert_machine(profile::machine_entry(
         target,
         &memory,
