@@ -65,7 +65,7 @@ enum Command {
     Plan(PlanArgs),
     /// List the known targets and the kernels each would get.
     Targets(TargetsArgs),
-    /// Time candidate micro tiles on this machine and store the winner in a profile (with the machine's read bandwidth, for `native` plans).
+    /// Time candidate micro tiles on this machine and store the winner in a profile (with the machine's read bandwidth and clock, for `native` plans).
     Tune(TuneArgs),
     /// What kgen makes of a GGUF model file on this CPU: tensors by type,
     /// the kernel each gets, repack times, `--check` against f64, `--json`
@@ -409,9 +409,9 @@ fn write_output(args: &GenArgs, text: &str, kernels: &[String]) -> Result<(), Er
     Ok(())
 }
 
-/// `--target`, with the read bandwidth a tuning profile measured on this
-/// machine when the target is `native` (`kgen tune` records it), said on
-/// standard error.
+/// `--target`, with the read bandwidth and clock a tuning profile measured
+/// on this machine when the target is `native` (`kgen tune` records them),
+/// said on standard error.
 fn load_target(spec: &SpecArgs) -> Result<kgen::target::TargetDesc, Error> {
     let target = target::load(&spec.target)?;
     let (target, note) = kgen::profile::with_measured_machine(&target, &profile_files(spec));

@@ -278,10 +278,29 @@ pub struct MachineEntry {
 }
 
 impl MachineEntry {
+    /// What identifies the machine: CPU model, arch and ISA set.
+    fn machine(&self) -> (&str, &str, &[String]) {
+        (&self.cpu_model, &self.arch, &self.isa_set)
+    }
+
     /// Whether this entry was measured on the machine `target` describes.
     pub fn matches(&self, target: &TargetDesc) -> bool {
         let m = machine_key(target);
-        (&self.cpu_model, &self.arch, &self.isa_set) == (&m.cpu_model, &m.arch, &m.isa_set)
+        self.machine() == (&m.cpu_model, &m.arch, &m.isa_set[..])
+    }
+
+    /// The figures in one line, for notes.
+    pub fn summary(&self) -> String {
+        let l3 = self
+            .l3_bandwidth_per_core_gbs
+            .map_or(String::new(), |g| format!(", L3 {g:.1} GB/s per core"));
+        let clock = self
+            .ghz
+            .map_or(String::new(), |g| format!("; clock {g:.2} GHz"));
+        format!(
+            "DRAM {:.1} GB/s per core, {:.1} on {} threads{l3}{clock}",
+            self.bandwidth_per_core_gbs, self.bandwidth_gbs, self.threads
+        )
     }
 
     /// The figures as a target's memory description.
@@ -315,18 +334,10 @@ pub fn with_measured_machine(
             if let Some(ghz) = e.ghz {
                 t.core.ghz = ghz;
             }
-            let l3 = e
-                .l3_bandwidth_per_core_gbs
-                .map_or(String::new(), |g| format!(", L3 {g:.1}"));
-            let clock = e
-                .ghz
-                .map_or(String::new(), |g| format!("; clock {g:.2} GHz"));
             let note = format!(
-                "`native` as kgen tune measured it ({}): DRAM {:.1} GB/s per core, {:.1} on {} threads{l3}{clock}",
+                "`native` as kgen tune measured it ({}): {}",
                 path.display(),
-                e.bandwidth_per_core_gbs,
-                e.bandwidth_gbs,
-                e.threads
+                e.summary()
             );
             return (t, Some(note));
         }
@@ -373,12 +384,13 @@ impl Profile {
             .map_err(|e| ProfileError(format!("{}: {e}", path.display())))
     }
 
-    /// Replaces the memory entry of the same machine, or adds it.
+    /// Replaces the entry of the same machine, or adds it.
     pub fn upsert_machine(&mut self, entry: MachineEntry) {
-        let same = |e: &MachineEntry| {
-            (&e.cpu_model, &e.arch, &e.isa_set) == (&entry.cpu_model, &entry.arch, &entry.isa_set)
-        };
-        match self.machines.iter_mut().find(|e| same(e)) {
+        match self
+            .machines
+            .iter_mut()
+            .find(|e| e.machine() == entry.machine())
+        {
             Some(e) => *e = entry,
             None => self.machines.push(entry),
         }

@@ -18,9 +18,9 @@
 //!    medians, rotated order) until the budget is spent.
 //! 4. **Profile**: the results, keyed by machine, family, format and op, are
 //!    written to `profiles/<machine>.toml`; the planner and build scripts
-//!    read them. Beside them, once per machine, its read bandwidth
-//!    ([`record_machine`], timed with [`crate::measure`]): the memory side
-//!    of the roofline when plans are made for `native`.
+//!    read them. Beside them, once per machine, its read bandwidth and clock
+//!    ([`record_machine`], timed with [`crate::measure`]): the memory and
+//!    compute sides of the roofline when plans are made for `native`.
 
 use crate::family::f32::isa::Isa;
 use crate::family::f32::planner;
@@ -400,24 +400,15 @@ pub fn record_machine(
     };
     // To 10 MHz, as the run-time description reads `/proc/cpuinfo`.
     let ghz = crate::measure::clock_ghz().map(|g| (g * 100.0).round() / 100.0);
-    p.upsert_machine(profile::machine_entry(
-        target,
-        &memory,
-        threads,
-        (dram_bytes, l3_bytes),
-        ghz,
-    ));
-    p.save(&path).map_err(|e| Error::Usage(e.to_string()))?;
-    let l3 = memory
-        .l3_bandwidth_per_core_gbs
-        .map_or(String::new(), |g| format!(", L3 {g:.1} GB/s per core"));
-    let clock = ghz.map_or(String::new(), |g| format!("; clock {g:.2} GHz"));
-    Ok(Some(format!(
-        "read bandwidth and clock measured into {}: DRAM {:.1} GB/s per core, {:.1} on {threads} threads{l3}{clock}",
+    let entry = profile::machine_entry(target, &memory, threads, (dram_bytes, l3_bytes), ghz);
+    let note = format!(
+        "read bandwidth and clock measured into {}: {}",
         path.display(),
-        memory.bandwidth_per_core_gbs,
-        memory.bandwidth_gbs
-    )))
+        entry.summary()
+    );
+    p.upsert_machine(entry);
+    p.save(&path).map_err(|e| Error::Usage(e.to_string()))?;
+    Ok(Some(note))
 }
 
 /// The profile's entry for `key`, if it answers without measuring.
@@ -620,9 +611,9 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
         .expect("portable always runs");
     let key = key_for(target, &isa, &req.spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    let memory = record_machine(target, &req.profile_dir, req.force)?;
+    let machine_note = record_machine(target, &req.profile_dir, req.force)?;
     if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
-        hit.notes.extend(memory);
+        hit.notes.extend(machine_note);
         return Ok(hit);
     }
 
@@ -703,7 +694,7 @@ pub fn tune(target: &TargetDesc, req: &TuneRequest) -> Result<TuneOutcome, Error
         &req.shapes,
         measured,
         failed,
-        memory.into_iter().collect(),
+        machine_note.into_iter().collect(),
     )
 }
 
@@ -728,9 +719,9 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
         })?;
     let key = key_for_i8(target, &isa, &spec, req.threads);
     let path = profile_file(&req.profile_dir, &key.cpu_model);
-    let memory = record_machine(target, &req.profile_dir, req.force)?;
+    let machine_note = record_machine(target, &req.profile_dir, req.force)?;
     if let Some(mut hit) = cached(&key, req.force, &req.profile_dir) {
-        hit.notes.extend(memory);
+        hit.notes.extend(machine_note);
         return Ok(hit);
     }
     let shape = req.shapes.first().copied().unwrap_or((4096, 4096));
@@ -744,7 +735,7 @@ pub fn tune_i8(target: &TargetDesc, req: &TuneRequest<I8Spec>) -> Result<TuneOut
         .into_iter()
         .next()
         .expect("one ISA, one op");
-    let mut notes: Vec<String> = memory.into_iter().collect();
+    let mut notes: Vec<String> = machine_note.into_iter().collect();
     if let Op::Gemm { .. } = spec.op {
         notes.push(format!(
             "GEMM tiles on the GEMV layout {} (t_u={} m_b={} t_b={}) from {}",
