@@ -53,10 +53,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let took = start.elapsed();
     let gib = |kib: u64| kib as f64 / (1 << 20) as f64;
     println!(
-        "{path}: {:.2} GiB, {} matrices loaded in {:.1} s ({} not supported)",
+        "{path}: {:.2} GiB, {} matrices loaded in {:.2} s, {:.2} GB/s ({} not supported)",
         size as f64 / (1u64 << 30) as f64,
         all.matrices.len(),
         took.as_secs_f64(),
+        size as f64 / took.as_secs_f64() / 1e9,
         all.unsupported.len()
     );
     for t in &all.types {

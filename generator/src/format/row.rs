@@ -171,6 +171,7 @@ pub enum SubScaleKind {
 /// 6 bits of bytes `j` and `j + 4`; sub-blocks 4..8 have their low 4 bits
 /// in the nibbles of byte `j + 4` (scale low, min high) and their top 2 bits
 /// in the top 2 bits of bytes `j - 4` (scale) and `j` (min).
+#[inline(always)]
 pub(crate) fn scale_min_k4(q: &[u8], j: usize) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)

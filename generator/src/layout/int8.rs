@@ -333,6 +333,7 @@ impl I8Layout {
         let cols = |p: usize| (p * self.t_b).min(self.n_pad) * self.blocks();
         let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
         let scale_at = |p: usize| cols(p) * self.scale_entries();
+        let fill = self.filler();
         std::thread::scope(|scope| {
             let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
             for part in 0..parts {
@@ -342,25 +343,6 @@ impl I8Layout {
                     std::mem::take(&mut scales).split_at_mut(scale_at(p1) - scale_at(p0));
                 (words, scales) = (wb, sb);
                 let bases = (word_at(p0), scale_at(p0));
-                // The lane group's word count as a constant: a runtime-length
-                // copy per group is a memcpy call in the hot loop.
-                // The same for the words per column and block (the 5-bit
-                // plane's word aside): the scatter to the chunks unrolls;
-                // and for the bits, so each level packing inlines.
-                let fill = match (self.group_bytes, self.bits) {
-                    (4, 1) => Self::fill_panels::<1, 1, 1>,
-                    (_, 1) => unreachable!("`grouped` refuses 1-bit pair layouts"),
-                    (4, 2) => Self::fill_panels::<1, 2, 2>,
-                    (_, 2) => Self::fill_panels::<2, 2, 2>,
-                    (4, 8) => Self::fill_panels::<1, 8, 8>,
-                    (4, 6) => Self::fill_panels::<1, 6, 6>,
-                    (4, 5) => Self::fill_panels::<1, 4, 5>,
-                    (4, _) => Self::fill_panels::<1, 4, 4>,
-                    (_, 8) => Self::fill_panels::<2, 8, 8>,
-                    (_, 6) => Self::fill_panels::<2, 6, 6>,
-                    (_, 5) => Self::fill_panels::<2, 4, 5>,
-                    _ => Self::fill_panels::<2, 4, 4>,
-                };
                 if part + 1 == parts {
                     fill(self, src, p0..p1, wa, sa, bases);
                 } else {
@@ -371,12 +353,67 @@ impl I8Layout {
         I8Packed { w, sc }
     }
 
+    /// The [`I8Layout::fill_panels`] instance for this layout: the lane
+    /// group's word count, the words per column and block (the 5-bit
+    /// plane's word aside) and the bits as constants, so the copies unroll
+    /// and each level packing inlines (a runtime-length copy per group is a
+    /// memcpy call in the hot loop); and the scale path as a constant, so
+    /// the loop carries only its own path's state.
+    fn filler(&self) -> Filler {
+        macro_rules! by_path {
+            ($gw:literal, $words:literal, $bits:literal) => {
+                match self.scale_path() {
+                    ScalePath::Direct => Self::fill_panels::<$gw, $words, $bits, DIRECT>,
+                    ScalePath::Int => Self::fill_panels::<$gw, $words, $bits, INT>,
+                    ScalePath::F32 => Self::fill_panels::<$gw, $words, $bits, F32>,
+                }
+            };
+        }
+        match (self.group_bytes, self.bits) {
+            (4, 1) => by_path!(1, 1, 1),
+            (_, 1) => unreachable!("`grouped` refuses 1-bit pair layouts"),
+            (4, 2) => by_path!(1, 2, 2),
+            (_, 2) => by_path!(2, 2, 2),
+            (4, 8) => by_path!(1, 8, 8),
+            (4, 6) => by_path!(1, 6, 6),
+            (4, 5) => by_path!(1, 4, 5),
+            (4, _) => by_path!(1, 4, 4),
+            (_, 8) => by_path!(2, 8, 8),
+            (_, 6) => by_path!(2, 6, 6),
+            (_, 5) => by_path!(2, 4, 5),
+            _ => by_path!(2, 4, 4),
+        }
+    }
+
+    /// How a block's scales reach the scale stream.
+    fn scale_path(&self) -> ScalePath {
+        let fmt = self.format.format();
+        let repack = fmt.int8.expect("only int8 formats are repacked");
+        // Blocks of 32 that start with their f16 scale and hold their levels
+        // in Q4_0 / Q8_0 byte order right after it are copied a word at a
+        // time; every other format goes through its row's level and scale
+        // functions.
+        if matches!(self.bits, 4 | 8)
+            && fmt.block == QK
+            && !repack.mins
+            && repack.scales_per_block == 1
+            && fmt.scale_offsets == [0]
+        {
+            ScalePath::Direct
+        } else if self.int_scales && self.int_repack().is_some() {
+            // Integer sub-scales are stored as they are: no f32 pass.
+            ScalePath::Int
+        } else {
+            ScalePath::F32
+        }
+    }
+
     /// Fills `panels` into `words` / `sc`, which start at `(word, scale)` = `base`.
     ///
     /// Column by column (a tile's columns, then the next tile's), each
     /// column's 32-value blocks along K: each is decoded into the lane words
     /// of every chunk (`col_words`) and scattered to its tile's chunks.
-    fn fill_panels<const GW: usize, const WORDS: usize, const BITS: u32>(
+    fn fill_panels<const GW: usize, const WORDS: usize, const BITS: u32, const PATH: u8>(
         &self,
         src: &GgmlView<'_>,
         panels: std::ops::Range<usize>,
@@ -384,7 +421,7 @@ impl I8Layout {
         sc: &mut [u16],
         base: (usize, usize),
     ) {
-        let (tw, l, t_u) = (self.tile_width(), self.lanes, self.t_u);
+        let tw = self.tile_width();
         let bb = self.block_bytes();
         // Everything is whole u32 words: lane groups are GW = 1 or 2 words.
         debug_assert_eq!(GW * 4, self.group_bytes);
@@ -400,20 +437,11 @@ impl I8Layout {
         let (src_blocks, subs) = (src.k / fmt.block, fmt.block / QK);
         let block_bytes = src.dtype.block_bytes();
         let row_bytes = src_blocks * block_bytes;
-        // Blocks of 32 that start with their f16 scale and hold their levels
-        // in Q4_0 / Q8_0 byte order right after it are copied a word at a
-        // time; every other format goes through its row's level and scale
-        // functions.
-        let direct = !plane
-            && matches!(BITS, 4 | 8)
-            && subs == 1
-            && !repack.mins
-            && repack.scales_per_block == 1
-            && fmt.scale_offsets == [0];
+        let direct = PATH == DIRECT;
         let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
-        // Integer sub-scales are stored as they are: no f32 pass.
-        let int_scales = self.int_scales.then(|| self.int_repack()).flatten();
-        let via_f32 = !direct && int_scales.is_none();
+        let int_scales = (PATH == INT).then(|| self.int_repack()).flatten();
+        let via_f32 = PATH == F32;
+        debug_assert_eq!(PATH, self.scale_path() as u8);
         let flip = if self.signed { 0x8888_8888u32 } else { 0 };
         // Signed nibbles are `level - 8` (the flip): exact for Q4_0's offset
         // of 8, corrected through the mins for formats with mins (offset 0).
@@ -450,6 +478,7 @@ impl I8Layout {
         // to f16 a panel at a time, one vector conversion instead of a
         // portable one per value.
         let mut panel_sc: Vec<f32> = Vec::new();
+        let mut rows: Vec<Option<&[u8]>> = Vec::with_capacity(tw);
         for panel in panels {
             let s0 = (panel * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
             let s1 = ((panel + 1) * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
@@ -459,72 +488,74 @@ impl I8Layout {
             }
             for tile in 0..self.panel_width(panel) / tw {
                 let c0 = panel * self.t_b + tile * tw;
-                for t in 0..t_u {
-                    for lane in 0..l {
-                        let col = t * l + lane;
-                        // The column's source row is read front to back (and
-                        // a tile's rows are adjacent in the file), so reads
-                        // stream; the writes land in the panel's output,
-                        // which stays in cache. Columns past N are padding:
-                        // zero levels, scale 0.
-                        let row = (c0 + col < self.n)
-                            .then(|| &src.data[(c0 + col) * row_bytes..][..row_bytes]);
-                        let (mut sb, mut sub) = (0, 0);
-                        let (off, soff) = self.tile_offset(panel, tile);
-                        let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
-                        for b in 0..self.blocks() {
-                            let tile_w = &mut words[off + b * tile_words..][..tile_words];
-                            let at_sc = soff + b * s_n * tw;
-                            let mut col_words = zero;
-                            // Blocks past K are padding too.
-                            if let Some(block) = row
-                                .filter(|_| sb < src_blocks)
-                                .map(|r| &r[sb * block_bytes..][..block_bytes])
-                            {
-                                if direct {
-                                    sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
-                                    block_chunks(
-                                        BITS,
-                                        self.group_bytes,
-                                        &block[2..],
-                                        &mut col_words,
-                                    );
-                                } else if let Some(int) = int_scales {
-                                    sc[at_sc + col] = u16::from_le_bytes(int.pair(block, sub));
-                                    // The super-block's d and dmin go with its
-                                    // first two sub-blocks only: read them there.
-                                    sc[at_sc + tw + col] = match sub {
-                                        0 => int.supers(block)[0],
-                                        1 => int.supers(block)[1] ^ 0x8000,
-                                        _ => 0,
-                                    };
-                                    chunks(block, sub, &mut col_words);
-                                } else {
-                                    let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
-                                    for h in 0..spb {
-                                        let (d, m) = (repack.sub_scale)(block, sub * spb + h);
-                                        tile_sc[col + h * tw] = d;
-                                        if repack.mins {
-                                            tile_sc[col + (spb + h) * tw] = m;
-                                        }
+                // The tile's source rows (its columns), `None` for columns
+                // past N: padding, zero levels and scale 0.
+                rows.clear();
+                rows.extend(
+                    (c0..c0 + tw)
+                        .map(|c| (c < self.n).then(|| &src.data[c * row_bytes..][..row_bytes])),
+                );
+                let (off, soff) = self.tile_offset(panel, tile);
+                let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
+                // Column by column, each column's blocks along K: the
+                // column's source row is read front to back (and a tile's
+                // rows are adjacent in the file), so reads stream; the
+                // writes land in the tile, which stays in cache. (Block by
+                // block, each block's columns in turn, was 1.2x slower on
+                // a Zen 3: the tile's rows as that many short streams.)
+                for (col, row) in rows.iter().enumerate() {
+                    let (mut sb, mut sub) = (0, 0);
+                    for (b, tile_w) in words[off..][..self.blocks() * tile_words]
+                        .chunks_exact_mut(tile_words)
+                        .enumerate()
+                    {
+                        let at_sc = soff + b * s_n * tw;
+                        let mut col_words = zero;
+                        // Blocks past K are padding too.
+                        if let Some(block) = row
+                            .filter(|_| sb < src_blocks)
+                            .map(|r| &r[sb * block_bytes..][..block_bytes])
+                        {
+                            if direct {
+                                sc[at_sc + col] = u16::from_le_bytes([block[0], block[1]]);
+                                block_chunks(BITS, self.group_bytes, &block[2..], &mut col_words);
+                            } else if let Some(int) = int_scales {
+                                sc[at_sc + col] = u16::from_le_bytes(int.pair(block, sub));
+                                // The super-block's d and dmin go with its
+                                // first two sub-blocks only: read them there.
+                                sc[at_sc + tw + col] = match sub {
+                                    0 => int.supers(block)[0],
+                                    1 => int.supers(block)[1] ^ 0x8000,
+                                    _ => 0,
+                                };
+                                chunks(block, sub, &mut col_words);
+                            } else {
+                                let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
+                                for h in 0..spb {
+                                    let (d, m) = (repack.sub_scale)(block, sub * spb + h);
+                                    tile_sc[col + h * tw] = d;
+                                    if repack.mins {
+                                        tile_sc[col + (spb + h) * tw] = m;
                                     }
-                                    chunks(block, sub, &mut col_words);
                                 }
-                                for v in &mut col_words[..4] {
-                                    *v ^= flip;
-                                }
+                                chunks(block, sub, &mut col_words);
                             }
-                            for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
-                                let dst = ((g * t_u + t) * l + lane) * GW;
-                                tile_w[dst..dst + GW].copy_from_slice(chunk);
+                            for v in &mut col_words[..4] {
+                                *v ^= flip;
                             }
-                            if plane {
-                                tile_w[tw * 4 + col] = col_words[4];
-                            }
-                            sub += 1;
-                            if sub == subs {
-                                (sb, sub) = (sb + 1, 0);
-                            }
+                        }
+                        // Chunk `g` of the tile's columns: `tw` lane groups
+                        // in column order.
+                        for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
+                            let dst = (g * tw + col) * GW;
+                            tile_w[dst..dst + GW].copy_from_slice(chunk);
+                        }
+                        if plane {
+                            tile_w[tw * 4 + col] = col_words[4];
+                        }
+                        sub += 1;
+                        if sub == subs {
+                            (sb, sub) = (sb + 1, 0);
                         }
                     }
                 }
@@ -538,6 +569,23 @@ impl I8Layout {
         }
     }
 }
+
+/// [`I8Layout::fill_panels`]'s signature.
+type Filler =
+    fn(&I8Layout, &GgmlView<'_>, std::ops::Range<usize>, &mut [u32], &mut [u16], (usize, usize));
+
+/// [`I8Layout::scale_path`]: the f16 scale copied with the levels, integer
+/// sub-scales kept as they are, or scales computed in f32 and rounded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum ScalePath {
+    Direct = DIRECT,
+    Int = INT,
+    F32 = F32,
+}
+const DIRECT: u8 = 0;
+const INT: u8 = 1;
+const F32: u8 = 2;
 
 /// One column's block in chunk order for lane groups of `gb` bytes: 4-bit
 /// chunk `g` byte `j` packs value `2 gb g + j` (low nibble) and
