@@ -17,6 +17,7 @@
 use crate::mapped::Bytes;
 use kgen::format::ggml;
 use kgen::format::ggml::{GgmlMatrix, GgmlType, GgmlView};
+use kgen::format::FormatError;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -626,6 +627,16 @@ impl GgufFile {
     /// As [`GgufFile::matrix`], its bytes borrowed from the mapping: the
     /// repack reads them in place, so a tensor is never resident twice.
     pub fn matrix_view(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
+        let m = self.matrix_view_shape(name)?;
+        m.check_rows(0..m.n).map_err(|e| self.invalid(name, &e))?;
+        Ok(m)
+    }
+
+    /// As [`GgufFile::matrix_view`], only the shape validated
+    /// ([`GgmlView::validate_shape`]): for the int8 repack, which checks
+    /// the blocks as it reads them; [`GgufFile::invalid`] words what it
+    /// finds as `matrix_view` would.
+    pub(crate) fn matrix_view_shape(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
         let t = self.find(name)?;
         if t.dims.len() != 2 {
             return Err(self.err(
@@ -658,8 +669,12 @@ impl GgufFile {
         let (k, n) = (to_usize(t.dims[0])?, to_usize(t.dims[1])?);
         let data = self.tensor_bytes(name)?;
         let m = GgmlMatrix { k, n, dtype, data };
-        m.validate()
-            .map_err(|e| self.err(name, &format!("is not a valid matrix: {e}")))?;
+        m.validate_shape().map_err(|e| self.invalid(name, &e))?;
         Ok(m)
+    }
+
+    /// Tensor `name`'s blocks or shape are not a valid matrix.
+    pub(crate) fn invalid(&self, name: &str, e: &FormatError) -> GgufError {
+        self.err(name, &format!("is not a valid matrix: {e}"))
     }
 }

@@ -15,6 +15,7 @@ use crate::pool::{self, Pool};
 use kgen::format::ggml::{GgmlMatrix, GgmlType, GgmlView};
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::symmetric::quantize_symmetric;
+use kgen::format::FormatError;
 use std::fmt;
 use std::path::Path;
 
@@ -69,7 +70,7 @@ impl Matrix {
     /// As [`Matrix::from_ggml`], with the kernels of `registry`.
     pub fn from_ggml_with(registry: &Registry, m: &GgmlMatrix) -> Result<Matrix, Error> {
         let format = ggml_format(m)?;
-        m.validate()?;
+        m.validate_shape()?;
         Self::ggml(registry, &m.view(), format, m.k)
     }
 
@@ -97,7 +98,7 @@ impl Matrix {
         tensor: &str,
     ) -> Result<Matrix, Error> {
         let m = file
-            .matrix_view(tensor)
+            .matrix_view_shape(tensor)
             .map_err(|e| Error::Load(e.to_string()))?;
         let format = ggml_format(&m).map_err(|e| {
             Error::Unsupported(format!(
@@ -106,7 +107,12 @@ impl Matrix {
                 e.message()
             ))
         })?;
-        Self::ggml(registry, &m, format, m.k)
+        // The repack checks the blocks as it reads them: a bad one is the
+        // file's error, worded as `GgufFile::matrix_view` words it.
+        Self::ggml(registry, &m, format, m.k).map_err(|e| match e {
+            Error::Format(msg) => Error::Load(file.invalid(tensor, &FormatError(msg)).to_string()),
+            e => e,
+        })
     }
 
     /// A GPTQ matrix, rows in order (see [`Matrix::from_gptq_layer`] for
@@ -209,7 +215,7 @@ impl Matrix {
                 GgmlMatrix::quantize(&wp, k_pad, n, t)
             }
         };
-        g.validate()?;
+        g.validate_shape()?;
         Self::ggml(registry, &g.view(), format, k)
     }
 
@@ -234,7 +240,7 @@ impl Matrix {
         gemm: KernelEntry,
     ) -> Result<Matrix, Error> {
         let format = ggml_format(m)?;
-        m.validate()?;
+        m.validate_shape()?;
         let backend = Backend::Int8(Int8Matrix::pack(&m.view(), m.k, gemv, gemm)?);
         Ok(Matrix { format, backend })
     }
@@ -301,7 +307,8 @@ impl Matrix {
         Ok(w)
     }
 
-    /// `m` holds `format`'s blocks, validated; `k` is the caller's K (`m.k`
+    /// `m` holds `format`'s blocks, its shape validated (the repack checks
+    /// the blocks, [`Int8Matrix::pack`]); `k` is the caller's K (`m.k`
     /// less padding).
     fn ggml(
         registry: &Registry,

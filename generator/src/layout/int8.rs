@@ -98,6 +98,7 @@
 //! columns.
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
+use crate::format::FormatError;
 use crate::layout::align::{round_up, AlignedWords};
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
@@ -321,7 +322,32 @@ impl I8Layout {
     /// [`I8Layout::repack`] on `threads` scoped threads, each filling a
     /// contiguous range of panels (panels are contiguous in both streams).
     pub fn repack_threads<D: AsRef<[u8]>>(&self, src: &GgmlMatrix<D>, threads: usize) -> I8Packed {
-        let src = &src.view();
+        match self.fill(&src.view(), threads, false) {
+            Ok(packed) => packed,
+            Err(_) => unreachable!("the blocks are not checked"),
+        }
+    }
+
+    /// [`I8Layout::repack_threads`] of a matrix whose shape has been
+    /// validated ([`GgmlMatrix::validate_shape`]) but not its blocks: each
+    /// tile's rows are checked ([`GgmlMatrix::check_rows`]) just before
+    /// they are read, so a mapped file is read once, not once to validate
+    /// and again to repack. The error is the first bad block in file
+    /// order, as [`GgmlMatrix::validate`] reports it.
+    pub fn repack_checked<D: AsRef<[u8]>>(
+        &self,
+        src: &GgmlMatrix<D>,
+        threads: usize,
+    ) -> Result<I8Packed, FormatError> {
+        self.fill(&src.view(), threads, true)
+    }
+
+    fn fill(
+        &self,
+        src: &GgmlView<'_>,
+        threads: usize,
+        check: bool,
+    ) -> Result<I8Packed, FormatError> {
         let want = self.source_type();
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
@@ -334,8 +360,10 @@ impl I8Layout {
         let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
         let scale_at = |p: usize| cols(p) * self.scale_entries();
         let fill = self.filler();
+        let mut outcomes = Vec::with_capacity(parts);
         std::thread::scope(|scope| {
             let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
+            let mut spawned = Vec::with_capacity(parts - 1);
             for part in 0..parts {
                 let (p0, p1) = (part * panels / parts, (part + 1) * panels / parts);
                 let (wa, wb) = std::mem::take(&mut words).split_at_mut(word_at(p1) - word_at(p0));
@@ -344,13 +372,23 @@ impl I8Layout {
                 (words, scales) = (wb, sb);
                 let bases = (word_at(p0), scale_at(p0));
                 if part + 1 == parts {
-                    fill(self, src, p0..p1, wa, sa, bases);
+                    outcomes.push(fill(self, src, p0..p1, wa, sa, bases, check));
                 } else {
-                    scope.spawn(move || fill(self, src, p0..p1, wa, sa, bases));
+                    spawned
+                        .push(scope.spawn(move || fill(self, src, p0..p1, wa, sa, bases, check)));
                 }
             }
+            // Parts in order: the first error is the one in the lowest rows.
+            let last = outcomes.pop();
+            outcomes.extend(
+                spawned
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
+            );
+            outcomes.extend(last);
         });
-        I8Packed { w, sc }
+        outcomes.into_iter().collect::<Result<(), _>>()?;
+        Ok(I8Packed { w, sc })
     }
 
     /// The [`I8Layout::fill_panels`] instance for this layout: the lane
@@ -420,7 +458,8 @@ impl I8Layout {
         words: &mut [u32],
         sc: &mut [u16],
         base: (usize, usize),
-    ) {
+        check: bool,
+    ) -> Result<(), FormatError> {
         let tw = self.tile_width();
         let bb = self.block_bytes();
         // Everything is whole u32 words: lane groups are GW = 1 or 2 words.
@@ -488,6 +527,10 @@ impl I8Layout {
             }
             for tile in 0..self.panel_width(panel) / tw {
                 let c0 = panel * self.t_b + tile * tw;
+                if check {
+                    // The tile's rows, about to be read (into cache).
+                    src.check_rows(c0.min(self.n)..(c0 + tw).min(self.n))?;
+                }
                 // The tile's source rows (its columns), `None` for columns
                 // past N: padding, zero levels and scale 0.
                 rows.clear();
@@ -567,12 +610,20 @@ impl I8Layout {
                     .convert_from_f32_slice(&panel_sc);
             }
         }
+        Ok(())
     }
 }
 
 /// [`I8Layout::fill_panels`]'s signature.
-type Filler =
-    fn(&I8Layout, &GgmlView<'_>, std::ops::Range<usize>, &mut [u32], &mut [u16], (usize, usize));
+type Filler = fn(
+    &I8Layout,
+    &GgmlView<'_>,
+    std::ops::Range<usize>,
+    &mut [u32],
+    &mut [u16],
+    (usize, usize),
+    bool,
+) -> Result<(), FormatError>;
 
 /// [`I8Layout::scale_path`]: the f16 scale copied with the levels, integer
 /// sub-scales kept as they are, or scales computed in f32 and rounded.
@@ -747,6 +798,52 @@ mod tests {
     };
 
     use crate::format::rng::Rng;
+
+    /// The checked repack reads each tile's rows once: valid blocks pack
+    /// to the unchecked repack's bytes; a non-finite scale anywhere is the
+    /// error `validate` gives (the first bad block in file order), on one
+    /// thread and on several.
+    #[test]
+    fn checked_repack_finds_what_validate_finds() {
+        let (k, n, lanes, t_u) = (512, 70, 8, 2);
+        let tw = lanes * t_u;
+        for t in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q5_0,
+        ] {
+            let w = GgmlMatrix::quantize(&Rng::new(3).vec_f32(k * n), k, n, t);
+            let l = I8Layout::new(t, lanes, t_u, 256, 2 * tw, k, n);
+            for threads in [1, 3] {
+                let (p, q) = (
+                    l.repack_threads(&w, threads),
+                    l.repack_checked(&w, threads).expect("valid blocks"),
+                );
+                assert_eq!((p.w.as_bytes(), &p.sc), (q.w.as_bytes(), &q.sc), "{t}");
+            }
+            let at = t.format().scale_offsets[0];
+            let per_row = w.blocks_per_row();
+            // Rows in the first tile, a later panel and the last (padded)
+            // tile; two bad blocks report the first.
+            for bad in [
+                vec![(0, 0)],
+                vec![(37, 1)],
+                vec![(69, per_row - 1), (40, 0)],
+            ] {
+                let mut v = w.clone();
+                for &(row, blk) in &bad {
+                    let o = (row * per_row + blk) * t.block_bytes() + at;
+                    v.data[o..o + 2].copy_from_slice(&0x7C00u16.to_le_bytes());
+                }
+                let want = v.validate().expect_err("an infinite scale").to_string();
+                for threads in [1, 3] {
+                    let got = l.repack_checked(&v, threads).err().map(|e| e.to_string());
+                    assert_eq!(got.as_deref(), Some(want.as_str()), "{t} {bad:?} {threads}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn tile_offsets_cover_the_bytes_once() {

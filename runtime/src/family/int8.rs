@@ -47,11 +47,12 @@ impl std::fmt::Debug for Int8Matrix {
 
 impl Int8Matrix {
     /// Packs GGUF-block weights for an explicit pair of int8-family kernels
-    /// (same layout, runnable here). `m` has been validated
-    /// ([`kgen::format::ggml::GgmlMatrix::validate`]): a file's tensors
-    /// when they are mapped, other matrices by the caller, so a file's
-    /// bytes are read once before the repack, not twice. `k` is the
-    /// caller's K: `m.k` rounded up
+    /// (same layout, runnable here). `m`'s shape has been validated
+    /// ([`kgen::format::ggml::GgmlMatrix::validate_shape`]); its blocks are
+    /// checked as the repack reads them
+    /// ([`kgen::layout::int8::I8Layout::repack_checked`]), so a mapped
+    /// file's bytes are read once, not once to validate and again to
+    /// repack. `k` is the caller's K: `m.k` rounded up
     /// to whole blocks of the format (32 values, or 256 for super-blocks)
     /// with zero weights, as [`crate::Matrix::from_f32`] quantizes;
     /// activations are padded the same way.
@@ -109,7 +110,7 @@ impl Int8Matrix {
             .grouped(gemv_p.group_bytes, gemv_p.signed)
             .int_sub_scales(gemv_p.int_scales);
         let t0 = Instant::now();
-        let packed = layout.repack_threads(m, pool::global().threads());
+        let packed = layout.repack_checked(m, pool::global().threads())?;
         let repack_seconds = t0.elapsed().as_secs_f64();
         if std::env::var_os("KGEN_LOG").is_some() {
             eprintln!(

@@ -85,6 +85,14 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
 
     /// Checks the shape, the data length and that every block scale is finite.
     pub fn validate(&self) -> Result<(), FormatError> {
+        self.validate_shape()?;
+        self.check_rows(0..self.n)
+    }
+
+    /// The shape and data-length half of [`GgmlMatrix::validate`]: what
+    /// makes every row's bytes addressable. The int8 repack checks the
+    /// blocks themselves ([`GgmlMatrix::check_rows`]) as it reads them.
+    pub fn validate_shape(&self) -> Result<(), FormatError> {
         if self.k == 0 || self.n == 0 {
             return Err(FormatError(format!(
                 "empty {} matrix {}x{}",
@@ -114,6 +122,16 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
                 self.bytes().len()
             )));
         }
+        Ok(())
+    }
+
+    /// The block half of [`GgmlMatrix::validate`] for GGUF rows `rows`
+    /// (columns of `W`), after [`GgmlMatrix::validate_shape`]: every block
+    /// scale finite, and the sub-block scales of the formats that derive
+    /// them within f16. Errors name the first bad block in file order.
+    ///
+    /// Panics if the shape has not been validated.
+    pub fn check_rows(&self, rows: std::ops::Range<usize>) -> Result<(), FormatError> {
         let fmt = self.dtype.format();
         // Sub-block scales computed from finite parts can still leave f16's
         // range (`d * sc` of the K-quants); the int8 layout stores them as
@@ -122,11 +140,12 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
             .int8
             .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1)
             .map(|r| (r.sub_scale, r.scales_per_block));
-        let per_row = self.blocks_per_row();
-        for (b, blk) in self
-            .bytes()
+        let (per_row, row_bytes) = (self.blocks_per_row(), self.row_bytes());
+        let bytes = &self.bytes()[rows.start * row_bytes..rows.end * row_bytes];
+        for (b, blk) in bytes
             .chunks_exact(self.dtype.block_bytes())
             .enumerate()
+            .map(|(b, blk)| (b + rows.start * per_row, blk))
         {
             let bad = |what: &str, v: f32| {
                 FormatError(format!(
