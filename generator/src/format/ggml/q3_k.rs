@@ -18,7 +18,8 @@
 //! 9).
 
 use crate::format::ggml::kquant::{
-    crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max, QK_K,
+    crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max,
+    sub_block_crumbs, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, Levels, QK};
@@ -50,12 +51,10 @@ pub const Q3_K: Format = Format {
 
 /// The stored levels (0..8) of 32-value sub-block `s`.
 fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
-    std::array::from_fn(|i| {
-        let f = QK * s + i;
-        let low = crumb(&blk[QS..], f);
-        let third = (blk[f % 32] >> (f / 32)) & 1;
-        low | (third << 2)
-    })
+    // Value `32 s + i`'s third bit is bit `s` of hmask byte `i`; its low
+    // two as `sub_block_crumbs` reads them. The same shifts for all 32.
+    let (low, hmask) = (sub_block_crumbs(&blk[QS..], s), &blk[..QK]);
+    std::array::from_fn(|i| low[i] | ((hmask[i] >> s) & 1) << 2)
 }
 
 /// The scale of 16-value sub-block `s`: `d * (sc - 32)` in f32, as gguf-py
