@@ -65,6 +65,7 @@ const fn row(
             group_scale: false,
             int_sub_scales: None,
             nibbles: None,
+            fifth: None,
         }),
     }
 }

@@ -87,6 +87,48 @@ pub struct Int8Repack {
     /// agreeing with `block_levels`; `None` sends every sub-block through
     /// `block_levels` (a level per byte, then packed again).
     pub nibbles: Option<NibbleStore>,
+    /// Where a 5-bit format keeps its fifth bits ([`FifthBits`]), beside
+    /// the low four in `nibbles`; `None` sends every sub-block through
+    /// `block_levels`.
+    pub fifth: Option<FifthBits>,
+}
+
+/// Where a 5-bit format keeps a 32-value sub-block's fifth bits, stated as
+/// data as [`NibbleStore`] states the low four.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FifthBits {
+    /// A little-endian u32 at `at`, bit `i` value `i` (Q5_0 at 2, Q5_1 at 4).
+    Word { at: usize },
+    /// Bit `s` of the 32 bytes from `at`: byte `i` for value `i` of
+    /// sub-block `s` (Q5_K at 16).
+    Planes { at: usize },
+}
+
+impl FifthBits {
+    /// Sub-block `s`'s fifth bits: bit `i` is value `i`'s.
+    #[inline(always)]
+    pub fn word(self, block: &[u8], s: usize) -> u32 {
+        match self {
+            FifthBits::Word { at } => {
+                u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"))
+            }
+            FifthBits::Planes { at } => {
+                // Eight bytes' bit `s` at a time: with one bit per byte
+                // (at 8 j), the product's top byte gathers byte j's at bit
+                // j; the partial products' bits never collide, so no carry.
+                const ONES: u64 = 0x0101_0101_0101_0101;
+                const GATHER: u64 = 0x0102_0408_1020_4080;
+                (0..4).fold(0u32, |h, c| {
+                    let x = u64::from_le_bytes(
+                        block[at + 8 * c..at + 8 * c + 8]
+                            .try_into()
+                            .expect("8 bytes"),
+                    );
+                    h | ((((x >> s) & ONES).wrapping_mul(GATHER) >> 56) as u32) << (8 * c)
+                })
+            }
+        }
+    }
 }
 
 /// Where a 4-bit format keeps a 32-value sub-block's levels, stated as data

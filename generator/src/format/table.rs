@@ -182,20 +182,32 @@ mod tests {
             let Some((r, store)) = f.int8.and_then(|r| Some((r, r.nibbles?))) else {
                 continue;
             };
-            assert_eq!(r.layout_bits, 4, "{}", f.name);
+            // 5-bit formats state their fifth bits too.
+            assert_eq!(
+                r.layout_bits,
+                4 + u32::from(r.fifth.is_some()),
+                "{}",
+                f.name
+            );
             for _ in 0..200 {
                 let block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();
                 for s in 0..f.block / QK {
                     let l = (r.block_levels)(&block, s);
-                    let want: Vec<u8> = (0..QK / 2).map(|i| l[i] | l[i + QK / 2] << 4).collect();
+                    let want: Vec<u8> = (0..QK / 2)
+                        .map(|i| (l[i] & 0x0F) | l[i + QK / 2] << 4)
+                        .collect();
                     let got = store.q4_0_bytes(&block, s);
                     assert_eq!(got.to_vec(), want, "{} sub-block {s}", f.name);
+                    if let Some(fifth) = r.fifth {
+                        let want = (0..QK).fold(0u32, |h, i| h | u32::from(l[i] >> 4) << i);
+                        assert_eq!(fifth.word(&block, s), want, "{} sub-block {s}", f.name);
+                    }
                 }
             }
             rows += 1;
         }
-        // Q4_0, Q4_1, IQ4_NL and Q4_K.
-        assert!(rows >= 4, "{rows} rows state their nibbles");
+        // Q4_0, Q4_1, IQ4_NL and Q4_K; Q5_0, Q5_1 and Q5_K.
+        assert!(rows >= 7, "{rows} rows state their nibbles");
     }
 
     #[test]

@@ -490,12 +490,21 @@ impl I8Layout {
             o @ 1..=7 if self.signed => (8 - o) as u8,
             _ => 0,
         };
-        // A sub-block's levels into `out`: 4-bit levels stored in an order
-        // the chunks regroup directly are read as they are; others (and
-        // levels shifted to another offset) one per byte first.
-        let stored = repack.nibbles.filter(|_| BITS == 4 && shift == 0);
+        // A sub-block's levels into `out`: 4-bit levels (and 5-bit ones'
+        // low four, with their fifth bits) stored in an order the chunks
+        // regroup directly are read as they are; others (and levels
+        // shifted to another offset) one per byte first.
+        let fifth = repack.fifth.filter(|_| BITS == 5);
+        let stored = repack
+            .nibbles
+            .filter(|_| shift == 0 && (BITS == 4 || fifth.is_some()));
         let chunks = |block: &[u8], sub: usize, out: &mut [u32; QK / 4]| match stored {
-            Some(at) => block_chunks(4, self.group_bytes, &at.q4_0_bytes(block, sub), out),
+            Some(at) => {
+                block_chunks(4, self.group_bytes, &at.q4_0_bytes(block, sub), out);
+                if let Some(f) = fifth {
+                    out[4] = fifth_word(self.group_bytes, f.word(block, sub));
+                }
+            }
             None => {
                 let mut levels = (repack.block_levels)(block, sub);
                 if shift != 0 {
@@ -760,6 +769,31 @@ fn five_bit_chunks(gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     out[4] = h;
 }
 
+/// [`five_bit_chunks`]'s word of fifth bits from the sub-block's fifth
+/// bits as a format stores them (bit `v`: value `v`). Value `v` of chunk
+/// `g`, nibble half `h`, byte `4 q + i` goes to bit `8 i + (gb / 4) g + q +
+/// 4 h`: a permutation of the five bits of `v`, done by swapping them a
+/// pair at a time (delta swaps) rather than bit by bit.
+#[inline(always)]
+fn fifth_word(gb: usize, qh: u32) -> u32 {
+    // Exchanges bits `a` and `b` (a < b) of every bit's index: `mask`
+    // holds the positions with bit `a` set and `b` clear.
+    let swap = |x: u32, a: u32, b: u32, mask: u32| {
+        let d = (1 << b) - (1 << a);
+        let t = ((x >> d) ^ x) & mask;
+        x ^ t ^ (t << d)
+    };
+    if gb == 4 {
+        // v = 8 g + 4 h + i -> 8 i + 4 h + g: index bits 0 <-> 3, 1 <-> 4.
+        swap(swap(qh, 0, 3, 0x00AA_00AA), 1, 4, 0x0000_CCCC)
+    } else {
+        // v = 16 g + 8 h + 4 q + i -> 8 i + 4 h + 2 g + q: index bits
+        // 1 <-> 4, then 0 -> 3 -> 2 -> 0 as 0 <-> 3 and 0 <-> 2.
+        let x = swap(qh, 1, 4, 0x0000_CCCC);
+        swap(swap(x, 0, 3, 0x00AA_00AA), 0, 2, 0x0A0A_0A0A)
+    }
+}
+
 /// One column's block of 6-bit `levels` (0..64) for lane groups of `gb`
 /// bytes, as the module documentation says: the 8-bit layout's words, of
 /// which the first six keep their levels' low 6 bits and carry the last
@@ -798,6 +832,22 @@ mod tests {
     };
 
     use crate::format::rng::Rng;
+
+    /// The fifth-bit word from a format's stored fifth bits is the one
+    /// [`five_bit_chunks`] builds from the levels, for both group sizes.
+    #[test]
+    fn fifth_word_permutes_as_the_chunks_do() {
+        let mut rng = Rng::new(11);
+        for _ in 0..500 {
+            let levels: [u8; QK] = std::array::from_fn(|_| (rng.next_u64() % 32) as u8);
+            let qh = (0..QK).fold(0u32, |h, i| h | u32::from(levels[i] >> 4) << i);
+            for gb in [4, 8] {
+                let mut out = [0u32; QK / 4];
+                five_bit_chunks(gb, &levels, &mut out);
+                assert_eq!(fifth_word(gb, qh), out[4], "gb {gb} qh {qh:08x}");
+            }
+        }
+    }
 
     /// The checked repack reads each tile's rows once: valid blocks pack
     /// to the unchecked repack's bytes; a non-finite scale anywhere is the

@@ -37,6 +37,7 @@ pub const IQ4_NL: Format = Format {
         group_scale: false,
         int_sub_scales: None,
         nibbles: Some(NibbleStore::Q4_0Order { at: 2 }),
+        fifth: None,
     }),
 };
 

@@ -50,6 +50,7 @@ pub const Q2_K: Format = Format {
             kind: SubScaleKind::Nibbles,
         }),
         nibbles: None,
+        fifth: None,
     }),
 };
 

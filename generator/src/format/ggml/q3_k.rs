@@ -46,6 +46,7 @@ pub const Q3_K: Format = Format {
         group_scale: false,
         int_sub_scales: None,
         nibbles: None,
+        fifth: None,
     }),
 };
 

@@ -27,6 +27,7 @@ pub const Q4_0: Format = Format {
         group_scale: false,
         int_sub_scales: None,
         nibbles: Some(NibbleStore::Q4_0Order { at: 2 }),
+        fifth: None,
     }),
 };
 

@@ -31,6 +31,7 @@ pub const Q4_1: Format = Format {
         group_scale: false,
         int_sub_scales: None,
         nibbles: Some(NibbleStore::Q4_0Order { at: 4 }),
+        fifth: None,
     }),
 };
 

@@ -45,6 +45,7 @@ pub const Q4_K: Format = Format {
         group_scale: false,
         int_sub_scales: Some(INT_SUB_SCALES),
         nibbles: Some(NibbleStore::Planes { at: HEADER }),
+        fifth: None,
     }),
 };
 

@@ -9,7 +9,9 @@
 //! once per block through the activation sums.
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
+use crate::format::row::{
+    leading_f16_scale, FifthBits, Format, Int8Repack, Levels, NibbleStore, QK,
+};
 
 pub const Q5_0: Format = Format {
     tag: "q5_0",
@@ -32,7 +34,8 @@ pub const Q5_0: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
-        nibbles: None,
+        nibbles: Some(NibbleStore::Q4_0Order { at: 6 }),
+        fifth: Some(FifthBits::Word { at: 2 }),
     }),
 };
 

@@ -11,7 +11,7 @@
 use crate::format::ggml::numpy::{np_cast_i64, write_f16};
 use crate::format::ggml::q4_1::{np_max_min, scale_min};
 use crate::format::ggml::q5_0::{five_bit_levels, push_five_bit_levels};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const Q5_1: Format = Format {
     tag: "q5_1",
@@ -34,7 +34,8 @@ pub const Q5_1: Format = Format {
         act_group: 1,
         group_scale: false,
         int_sub_scales: None,
-        nibbles: None,
+        nibbles: Some(NibbleStore::Q4_0Order { at: 8 }),
+        fifth: Some(FifthBits::Word { at: 4 }),
     }),
 };
 

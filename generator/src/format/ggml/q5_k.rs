@@ -12,7 +12,7 @@ use crate::format::ggml::kquant::{encode_non_finite, Search, QK_K};
 use crate::format::ggml::q4_k::{
     nibbles, quantize_levels, scale_and_min, sub_scale, HEADER, INT_SUB_SCALES,
 };
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const Q5_K: Format = Format {
     tag: "q5_k",
@@ -35,7 +35,8 @@ pub const Q5_K: Format = Format {
         act_group: 8,
         group_scale: false,
         int_sub_scales: Some(INT_SUB_SCALES),
-        nibbles: None,
+        nibbles: Some(NibbleStore::Planes { at: QS }),
+        fifth: Some(FifthBits::Planes { at: HEADER }),
     }),
 };
 

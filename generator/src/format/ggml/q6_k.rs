@@ -45,6 +45,7 @@ pub const Q6_K: Format = Format {
             kind: SubScaleKind::Signed,
         }),
         nibbles: None,
+        fifth: None,
     }),
 };
 

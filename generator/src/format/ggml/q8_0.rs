@@ -26,6 +26,7 @@ pub const Q8_0: Format = Format {
         group_scale: false,
         int_sub_scales: None,
         nibbles: None,
+        fifth: None,
     }),
 };
 

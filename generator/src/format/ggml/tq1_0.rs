@@ -39,6 +39,7 @@ pub const TQ1_0: Format = Format {
         group_scale: true,
         int_sub_scales: None,
         nibbles: None,
+        fifth: None,
     }),
 };
 

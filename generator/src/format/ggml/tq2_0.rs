@@ -37,6 +37,7 @@ pub const TQ2_0: Format = Format {
         group_scale: true,
         int_sub_scales: None,
         nibbles: None,
+        fifth: None,
     }),
 };
 
