@@ -624,8 +624,10 @@ impl GgufFile {
         self.matrix_view(name).map(|m| m.to_owned())
     }
 
-    /// As [`GgufFile::matrix`], its bytes borrowed from the mapping: the
-    /// repack reads them in place, so a tensor is never resident twice.
+    /// As [`GgufFile::matrix`], its bytes borrowed from the mapping, so a
+    /// tensor is never resident twice. Every block is checked here; the
+    /// runtime's own loads take [`GgufFile::matrix_view_shape`] and let the
+    /// repack check them as it reads them.
     pub fn matrix_view(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
         let m = self.matrix_view_shape(name)?;
         m.check_rows(0..m.n).map_err(|e| self.invalid(name, &e))?;

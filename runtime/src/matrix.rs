@@ -316,12 +316,26 @@ impl Matrix {
         format: WeightFormat,
         k: usize,
     ) -> Result<Matrix, Error> {
-        let (gemv, gemm) = registry.select_pair(format)?;
-        let backend = match gemv.family() {
-            Family::Int8 => Backend::Int8(Int8Matrix::pack(m, k, gemv, gemm)?),
-            Family::F32 => return Err(not_packable(format, &gemv)),
-        };
-        Ok(Matrix { format, backend })
+        let packed = registry
+            .select_pair(format)
+            .and_then(|(gemv, gemm)| match gemv.family() {
+                Family::Int8 => Int8Matrix::pack(m, k, gemv, gemm),
+                Family::F32 => Err(not_packable(format, &gemv)),
+            });
+        match packed {
+            Ok(w) => Ok(Matrix {
+                format,
+                backend: Backend::Int8(w),
+            }),
+            // No repack read the blocks: a corrupt matrix is that error,
+            // not a missing kernel (`Model::load_all` lists tensors without
+            // a kernel and fails on corrupt ones).
+            Err(e) if !matches!(e, Error::Format(_)) => {
+                m.check_rows(0..m.n)?;
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The weight format.

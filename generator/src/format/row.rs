@@ -42,9 +42,10 @@ pub enum Levels {
 /// K-quants' 256-value super-blocks) describes each of its sub-blocks.
 #[derive(Clone, Copy, Debug)]
 pub struct Int8Repack {
-    /// Bits per level in the packed layout: 2 (four bit pairs per byte), 4
-    /// (two nibble planes), 5 (the
-    /// nibble planes plus a plane of fifth bits) or 8 (bytes).
+    /// Bits per level in the packed layout: 1 (a bit plane), 2 (four bit
+    /// pairs per byte), 4 (two nibble planes), 5 (the nibble planes plus a
+    /// plane of fifth bits), 6 (bytes whose top two bits carry a spill
+    /// chunk) or 8 (bytes).
     pub layout_bits: u32,
     /// The stored level of each value of 32-value sub-block `s` of a block
     /// (unsigned level, codebook index, or the `i8` bit pattern), in order
@@ -83,9 +84,10 @@ pub struct Int8Repack {
     /// has none.
     pub int_sub_scales: Option<IntSubScales>,
     /// Where a 4-bit format's bytes already hold each sub-block's levels
-    /// in an order the repack regroups a word at a time ([`NibbleStore`]),
-    /// agreeing with `block_levels`; `None` sends every sub-block through
-    /// `block_levels` (a level per byte, then packed again).
+    /// (a 5-bit format's low four bits, with `fifth`) in an order the
+    /// repack regroups a word at a time ([`NibbleStore`]), agreeing with
+    /// `block_levels`; `None` sends every sub-block through `block_levels`
+    /// (a level per byte, then packed again).
     pub nibbles: Option<NibbleStore>,
     /// Where a 5-bit format keeps its fifth bits ([`FifthBits`]), beside
     /// the low four in `nibbles`; `None` sends every sub-block through
@@ -97,7 +99,8 @@ pub struct Int8Repack {
 /// data as [`NibbleStore`] states the low four.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FifthBits {
-    /// A little-endian u32 at `at`, bit `i` value `i` (Q5_0 at 2, Q5_1 at 4).
+    /// Little-endian u32s from `at`, sub-block `s`'s at `at + 4 s`, bit `i`
+    /// value `i` (Q5_0 at 2, Q5_1 at 4, one sub-block each).
     Word { at: usize },
     /// Bit `s` of the 32 bytes from `at`: byte `i` for value `i` of
     /// sub-block `s` (Q5_K at 16).
@@ -109,9 +112,11 @@ impl FifthBits {
     #[inline(always)]
     pub fn word(self, block: &[u8], s: usize) -> u32 {
         match self {
-            FifthBits::Word { at } => {
-                u32::from_le_bytes(block[at..at + 4].try_into().expect("4 bytes"))
-            }
+            FifthBits::Word { at } => u32::from_le_bytes(
+                block[at + 4 * s..at + 4 * s + 4]
+                    .try_into()
+                    .expect("4 bytes"),
+            ),
             FifthBits::Planes { at } => {
                 // Eight bytes' bit `s` at a time: with one bit per byte
                 // (at 8 j), the product's top byte gathers byte j's at bit
@@ -131,26 +136,28 @@ impl FifthBits {
     }
 }
 
-/// Where a 4-bit format keeps a 32-value sub-block's levels, stated as data
-/// so that the repack reads them as stored rather than unpacking each level
-/// to a byte and packing it again (4096x11008 on a Zen 3, 1 thread: Q4_1
-/// 90 -> 51 ms, Q4_K 50 -> 46 ms).
+/// Where a 4-bit format keeps a 32-value sub-block's levels (a 5-bit
+/// format their low four bits), stated as data so that the repack reads
+/// them as stored rather than unpacking each level to a byte and packing
+/// it again (4096x11008 on a Zen 3, 1 thread: Q4_1 90 -> 51 ms, Q4_K 50 ->
+/// 46 ms; Q5_0 with [`FifthBits`] about 93 -> 42 ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NibbleStore {
     /// GGUF Q4_0's order: the 16 bytes from `at + 16 s` hold value `i` of
     /// sub-block `s` in the low nibble of byte `i` and value `i + 16` in
-    /// its high one (Q4_0 and IQ4_NL at 2, Q4_1 at 4).
+    /// its high one (Q4_0 and IQ4_NL at 2, Q4_1 at 4, Q5_0 at 6, Q5_1 at
+    /// 8).
     Q4_0Order { at: usize },
     /// Nibble planes: the 32 bytes from `at + 32 j` hold sub-block `2 j`
     /// in their low nibbles and `2 j + 1` in their high ones, value `i` in
-    /// byte `i` (Q4_K at 16).
+    /// byte `i` (Q4_K at 16, Q5_K at 48).
     Planes { at: usize },
 }
 
 impl NibbleStore {
     /// Sub-block `s` of `block` in Q4_0's byte order: byte `i` holds level
     /// `i` (low nibble) and level `i + 16` (high), the order the int8
-    /// layouts regroup.
+    /// layouts regroup (5-bit formats: the levels' low four bits).
     #[inline(always)]
     pub fn q4_0_bytes(self, block: &[u8], s: usize) -> [u8; QK / 2] {
         const LOW: u128 = u128::from_le_bytes([0x0F; 16]);

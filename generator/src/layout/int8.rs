@@ -101,6 +101,7 @@ use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
 use crate::format::FormatError;
 use crate::layout::align::{round_up, AlignedWords};
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Geometry of one packed int8-family matrix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,17 +329,19 @@ impl I8Layout {
         }
     }
 
-    /// [`I8Layout::repack_threads`] of a matrix whose shape has been
-    /// validated ([`GgmlMatrix::validate_shape`]) but not its blocks: each
-    /// tile's rows are checked ([`GgmlMatrix::check_rows`]) just before
-    /// they are read, so a mapped file is read once, not once to validate
-    /// and again to repack. The error is the first bad block in file
-    /// order, as [`GgmlMatrix::validate`] reports it.
+    /// [`I8Layout::repack_threads`] of a matrix not yet validated: the
+    /// shape first ([`GgmlMatrix::validate_shape`]), then each tile's rows
+    /// ([`GgmlMatrix::check_rows`]) just before they are read, so a mapped
+    /// file is read once, not once to validate and again to repack. The
+    /// error is [`GgmlMatrix::validate`]'s (the first bad block in file
+    /// order); once a part of the matrix has failed, the parts after it
+    /// stop at their next tile.
     pub fn repack_checked<D: AsRef<[u8]>>(
         &self,
         src: &GgmlMatrix<D>,
         threads: usize,
     ) -> Result<I8Packed, FormatError> {
+        src.validate_shape()?;
         self.fill(&src.view(), threads, true)
     }
 
@@ -360,6 +363,10 @@ impl I8Layout {
         let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
         let scale_at = |p: usize| cols(p) * self.scale_entries();
         let fill = self.filler();
+        // The lowest part whose blocks failed: a part above it stops, as
+        // its error would not be the one reported.
+        let failed = AtomicUsize::new(usize::MAX);
+        let failed = &failed;
         let mut outcomes = Vec::with_capacity(parts);
         std::thread::scope(|scope| {
             let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
@@ -371,6 +378,7 @@ impl I8Layout {
                     std::mem::take(&mut scales).split_at_mut(scale_at(p1) - scale_at(p0));
                 (words, scales) = (wb, sb);
                 let bases = (word_at(p0), scale_at(p0));
+                let check = check.then_some((failed, part));
                 if part + 1 == parts {
                     outcomes.push(fill(self, src, p0..p1, wa, sa, bases, check));
                 } else {
@@ -429,8 +437,8 @@ impl I8Layout {
         let repack = fmt.int8.expect("only int8 formats are repacked");
         // Blocks of 32 that start with their f16 scale and hold their levels
         // in Q4_0 / Q8_0 byte order right after it are copied a word at a
-        // time; every other format goes through its row's level and scale
-        // functions.
+        // time; formats with integer sub-scales keep them (on layouts that
+        // take them); the rest form each scale in f32 and round it to f16.
         if matches!(self.bits, 4 | 8)
             && fmt.block == QK
             && !repack.mins
@@ -458,7 +466,7 @@ impl I8Layout {
         words: &mut [u32],
         sc: &mut [u16],
         base: (usize, usize),
-        check: bool,
+        check: Option<(&AtomicUsize, usize)>,
     ) -> Result<(), FormatError> {
         let tw = self.tile_width();
         let bb = self.block_bytes();
@@ -536,9 +544,15 @@ impl I8Layout {
             }
             for tile in 0..self.panel_width(panel) / tw {
                 let c0 = panel * self.t_b + tile * tw;
-                if check {
+                if let Some((failed, part)) = check {
+                    if failed.load(Ordering::Relaxed) < part {
+                        return Ok(());
+                    }
                     // The tile's rows, about to be read (into cache).
-                    src.check_rows(c0.min(self.n)..(c0 + tw).min(self.n))?;
+                    if let Err(e) = src.check_rows(c0.min(self.n)..(c0 + tw).min(self.n)) {
+                        failed.fetch_min(part, Ordering::Relaxed);
+                        return Err(e);
+                    }
                 }
                 // The tile's source rows (its columns), `None` for columns
                 // past N: padding, zero levels and scale 0.
@@ -596,8 +610,8 @@ impl I8Layout {
                                 *v ^= flip;
                             }
                         }
-                        // Chunk `g` of the tile's columns: `tw` lane groups
-                        // in column order.
+                        // A chunk holds one lane group per column of the
+                        // tile, so the kernel loads a chunk for all columns.
                         for (g, chunk) in col_words[..WORDS].chunks_exact(GW).enumerate() {
                             let dst = (g * tw + col) * GW;
                             tile_w[dst..dst + GW].copy_from_slice(chunk);
@@ -631,7 +645,7 @@ type Filler = fn(
     &mut [u32],
     &mut [u16],
     (usize, usize),
-    bool,
+    Option<(&AtomicUsize, usize)>,
 ) -> Result<(), FormatError>;
 
 /// [`I8Layout::scale_path`]: the f16 scale copied with the levels, integer
@@ -864,7 +878,13 @@ mod tests {
             GgmlType::Q5_0,
         ] {
             let w = GgmlMatrix::quantize(&Rng::new(3).vec_f32(k * n), k, n, t);
+            // The K-quants' integer-scale path with 8-byte groups too.
             let l = I8Layout::new(t, lanes, t_u, 256, 2 * tw, k, n);
+            let l = if t == GgmlType::Q4_K {
+                l.grouped(8, false).int_sub_scales(true)
+            } else {
+                l
+            };
             for threads in [1, 3] {
                 let (p, q) = (
                     l.repack_threads(&w, threads),

@@ -52,7 +52,8 @@ impl Int8Matrix {
     /// checked as the repack reads them
     /// ([`kgen::layout::int8::I8Layout::repack_checked`]), so a mapped
     /// file's bytes are read once, not once to validate and again to
-    /// repack. `k` is the caller's K: `m.k` rounded up
+    /// repack; a bad block is the only `Error::Format` this returns
+    /// (callers word it as the file's error). `k` is the caller's K: `m.k` rounded up
     /// to whole blocks of the format (32 values, or 256 for super-blocks)
     /// with zero weights, as [`crate::Matrix::from_f32`] quantizes;
     /// activations are padded the same way.

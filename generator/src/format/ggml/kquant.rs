@@ -359,6 +359,17 @@ mod tests {
     use super::*;
     use crate::format::rng::Rng;
 
+    /// A sub-block's fields in one shift are the ones `crumb` places.
+    #[test]
+    fn sub_block_crumbs_read_where_crumb_places() {
+        let mut rng = Rng::new(9);
+        let plane: Vec<u8> = (0..QK_K / 4).map(|_| rng.next_u64() as u8).collect();
+        for s in 0..QK_K / QK {
+            let want: [u8; QK] = std::array::from_fn(|i| crumb(&plane, QK * s + i));
+            assert_eq!(sub_block_crumbs(&plane, s), want, "sub-block {s}");
+        }
+    }
+
     #[test]
     fn scale_min_packing_round_trips() {
         let mut rng = Rng::new(3);

@@ -130,7 +130,7 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
     /// scale finite, and the sub-block scales of the formats that derive
     /// them within f16. Errors name the first bad block in file order.
     ///
-    /// Panics if the shape has not been validated.
+    /// Panics if the shape has not been validated or `rows` ends past `n`.
     pub fn check_rows(&self, rows: std::ops::Range<usize>) -> Result<(), FormatError> {
         let fmt = self.dtype.format();
         // Sub-block scales computed from finite parts can still leave f16's
