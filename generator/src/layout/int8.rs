@@ -367,10 +367,9 @@ impl I8Layout {
         // its error would not be the one reported.
         let failed = AtomicUsize::new(usize::MAX);
         let failed = &failed;
-        let mut outcomes = Vec::with_capacity(parts);
         std::thread::scope(|scope| {
             let (mut words, mut scales): (&mut [u32], &mut [u16]) = (&mut w, &mut sc);
-            let mut spawned = Vec::with_capacity(parts - 1);
+            let (mut spawned, mut last) = (Vec::with_capacity(parts - 1), Ok(()));
             for part in 0..parts {
                 let (p0, p1) = (part * panels / parts, (part + 1) * panels / parts);
                 let (wa, wb) = std::mem::take(&mut words).split_at_mut(word_at(p1) - word_at(p0));
@@ -380,22 +379,19 @@ impl I8Layout {
                 let bases = (word_at(p0), scale_at(p0));
                 let check = check.then_some((failed, part));
                 if part + 1 == parts {
-                    outcomes.push(fill(self, src, p0..p1, wa, sa, bases, check));
+                    last = fill(self, src, p0..p1, wa, sa, bases, check);
                 } else {
                     spawned
                         .push(scope.spawn(move || fill(self, src, p0..p1, wa, sa, bases, check)));
                 }
             }
             // Parts in order: the first error is the one in the lowest rows.
-            let last = outcomes.pop();
-            outcomes.extend(
-                spawned
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))),
-            );
-            outcomes.extend(last);
-        });
-        outcomes.into_iter().collect::<Result<(), _>>()?;
+            spawned
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .chain([last])
+                .collect::<Result<(), _>>()
+        })?;
         Ok(I8Packed { w, sc })
     }
 
@@ -534,7 +530,6 @@ impl I8Layout {
         // to f16 a panel at a time, one vector conversion instead of a
         // portable one per value.
         let mut panel_sc: Vec<f32> = Vec::new();
-        let mut rows: Vec<Option<&[u8]>> = Vec::with_capacity(tw);
         for panel in panels {
             let s0 = (panel * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
             let s1 = ((panel + 1) * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
@@ -554,13 +549,6 @@ impl I8Layout {
                         return Err(e);
                     }
                 }
-                // The tile's source rows (its columns), `None` for columns
-                // past N: padding, zero levels and scale 0.
-                rows.clear();
-                rows.extend(
-                    (c0..c0 + tw)
-                        .map(|c| (c < self.n).then(|| &src.data[c * row_bytes..][..row_bytes])),
-                );
                 let (off, soff) = self.tile_offset(panel, tile);
                 let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
                 // Column by column, each column's blocks along K: the
@@ -569,7 +557,11 @@ impl I8Layout {
                 // writes land in the tile, which stays in cache. (Block by
                 // block, each block's columns in turn, was 1.2x slower on
                 // a Zen 3: the tile's rows as that many short streams.)
-                for (col, row) in rows.iter().enumerate() {
+                for col in 0..tw {
+                    // The column's source row, `None` past N: padding, zero
+                    // levels and scale 0.
+                    let row = (c0 + col < self.n)
+                        .then(|| &src.data[(c0 + col) * row_bytes..][..row_bytes]);
                     let (mut sb, mut sub) = (0, 0);
                     for (b, tile_w) in words[off..][..self.blocks() * tile_words]
                         .chunks_exact_mut(tile_words)
