@@ -118,7 +118,9 @@ impl Model {
     }
 
     /// Loads every 2-D quantized tensor on `pool`'s threads, largest first,
-    /// with a progress bar on a terminal. A tensor whose type has no kernel
+    /// one tensor per thread at a time (each repack then runs on its own
+    /// thread, [`crate::pool::side_threads`]), with a progress bar on a
+    /// terminal. A tensor whose type has no kernel
     /// is listed in [`LoadedModel::unsupported`]; any other failure (a
     /// corrupt tensor) is the error. With `KGEN_LOG` set, or on a terminal,
     /// one line per tensor type goes to stderr.

@@ -1108,6 +1108,18 @@ fn parse_threads(v: &str) -> Result<usize, String> {
     }
 }
 
+/// Threads a one-off parallel job outside the pool (a repack's scoped
+/// threads) should use from the calling thread: the global pool's size, or
+/// 1 on a thread that is running pool tasks, whose siblings already keep
+/// the cores busy (`Model::load_all` repacks a tensor per pool thread).
+pub fn side_threads() -> usize {
+    if IN_POOL.with(|c| c.get()) {
+        1
+    } else {
+        global().threads()
+    }
+}
+
 /// The process-wide pool, built on first use with `KGEN_THREADS` threads if
 /// that variable is set to a valid count, else [`physical_cores`] threads.
 pub fn global() -> &'static Pool {
@@ -1714,6 +1726,20 @@ mod tests {
             )
         }));
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn side_threads_is_one_inside_pool_tasks() {
+        assert_eq!(side_threads(), global().threads());
+        let pool = Pool::new(2);
+        let inside = Mutex::new(Vec::new());
+        pool.run_chunks(6, &|_| inside.lock().unwrap().push(side_threads()));
+        assert_eq!(*inside.lock().unwrap(), vec![1; 6]);
+        assert_eq!(
+            side_threads(),
+            global().threads(),
+            "reset once the call returns"
+        );
     }
 
     #[test]

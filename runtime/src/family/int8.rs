@@ -111,7 +111,7 @@ impl Int8Matrix {
             .grouped(gemv_p.group_bytes, gemv_p.signed)
             .int_sub_scales(gemv_p.int_scales);
         let t0 = Instant::now();
-        let packed = layout.repack_checked(m, pool::global().threads())?;
+        let packed = layout.repack_checked(m, pool::side_threads())?;
         let repack_seconds = t0.elapsed().as_secs_f64();
         if std::env::var_os("KGEN_LOG").is_some() {
             eprintln!(
