@@ -1,6 +1,8 @@
 //! Damaged copies of the GGUF files gguf-py wrote (truncated, bad magic,
 //! impossible counts, random byte changes) are errors naming the file, never
-//! panics. See `gguf_py/mod.rs` for what the writer script needs;
+//! panics; damaged blocks loaded as a model loads them are refused as
+//! full validation refuses them, or run as their dequantized weights say.
+//! See `gguf_py/mod.rs` for what the writer script needs;
 //! `gguf_crafted.rs` covers damage gguf-py cannot write.
 
 mod gguf_py;
@@ -68,17 +70,21 @@ fn bad_magic_and_huge_counts() {
     }
 }
 
-/// Random byte changes in the header and data: Ok or Err, never a panic; and
-/// whatever opens yields matrices that validate or errors.
-#[test]
-fn random_corruption_never_panics() {
-    let mut s: u64 = 0x1234_5678_9abc_def1;
-    let mut next = move || {
+/// A deterministic stream of pseudo-random words (xorshift64).
+fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
+    move || {
         s ^= s << 13;
         s ^= s >> 7;
         s ^= s << 17;
         s
-    };
+    }
+}
+
+/// Random byte changes in the header and data: Ok or Err, never a panic; and
+/// whatever opens yields matrices that validate or errors.
+#[test]
+fn random_corruption_never_panics() {
+    let mut next = xorshift(0x1234_5678_9abc_def1);
     for name in ["small.gguf", "align64.gguf"] {
         let p = file(name);
         let bytes = std::fs::read(&p).unwrap();
@@ -109,4 +115,91 @@ fn random_corruption_never_panics() {
         }
         assert!(ok > 0 && err > 0, "{name}: {ok} ok {err} err");
     }
+}
+
+/// Random byte changes inside one quantized tensor's blocks, loaded the way
+/// a model is (`Model::matrix`: the shape checked first, the blocks as the
+/// repack reads them): refused exactly when `GgufFile::matrix`'s full
+/// validation refuses them, with the same error, and when accepted, the
+/// kernel's `x W` agrees with the f64 product of the dequantized weights,
+/// however odd the scales the changes left.
+#[test]
+fn corrupt_blocks_through_the_checked_repack() {
+    use kgen_runtime::{Error, Model};
+    let mut next = xorshift(0x0dd_b10c_5eed_2026);
+    let src = file("model.gguf");
+    let bytes = std::fs::read(&src).unwrap();
+    let g0 = GgufFile::from_bytes(bytes.clone(), &src).unwrap();
+    let model0 = Model::open(&src).unwrap();
+    // Quantized matrices a kernel runs, with their data ranges.
+    let targets: Vec<(String, (usize, usize))> = model0
+        .quantized_matrices()
+        .filter(|t| model0.matrix(&t.name).is_ok())
+        .map(|t| (t.name.clone(), t.range.unwrap()))
+        .collect();
+    assert!(targets.len() >= 40, "{} targets", targets.len());
+    drop((g0, model0));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mutated.gguf");
+    let (mut ok, mut refused) = (0, 0);
+    for round in 0..600 {
+        let (name, (start, end)) = &targets[(next() % targets.len() as u64) as usize];
+        let mut b = bytes.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = start + (next() % (end - start) as u64) as usize;
+            b[at] = match next() % 4 {
+                0 => 0xff,
+                1 => 0x7c | (b[at] & 0x83),
+                2 => b[at] ^ (1 << (next() % 8)),
+                _ => next() as u8,
+            };
+        }
+        std::fs::write(&path, &b).unwrap();
+        let g = GgufFile::from_bytes(b, &path).unwrap();
+        let model = Model::open(&path).unwrap();
+        let what = format!("round {round}: {name}");
+        match (g.matrix(name), model.matrix(name)) {
+            (Err(want), Err(Error::Load(got))) => {
+                assert_eq!(got, want.to_string(), "{what}");
+                assert!(
+                    got.contains("mutated.gguf") && got.contains(name.as_str()),
+                    "{got}"
+                );
+                refused += 1;
+            }
+            (Ok(w), Ok(m)) => {
+                let x: Vec<f32> = (0..w.k)
+                    .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
+                    .collect();
+                let mut y = vec![0f32; w.n];
+                m.gemv(&x, &mut y).unwrap();
+                let d = w.dequantize();
+                let xmax = x.iter().fold(0f64, |a, &v| a.max(v.abs() as f64));
+                for (c, &got) in y.iter().enumerate() {
+                    // `dequantize` is K x N row-major.
+                    let col = || (0..w.k).map(|i| d[i * w.n + c] as f64);
+                    let want: f64 = col().zip(&x).map(|(a, &b)| a * b as f64).sum();
+                    let l1: f64 = col().map(f64::abs).sum();
+                    // Int8 activations: each product is off by at most
+                    // |w| max|x| / 254; a hundredth leaves room for the
+                    // f16 and f32 roundings and catches a wrong term.
+                    let bound = 1e-2 * l1 * xmax + 1e-6;
+                    assert!(
+                        (got as f64 - want).abs() <= bound,
+                        "{what} column {c}: {got} against {want} (bound {bound})"
+                    );
+                }
+                ok += 1;
+            }
+            (a, b) => panic!(
+                "{what}: full validation {:?}, checked repack {:?}",
+                a.map(|_| ()),
+                b.map(|_| ())
+            ),
+        }
+    }
+    assert!(
+        ok >= 100 && refused >= 10,
+        "{ok} accepted, {refused} refused"
+    );
 }
