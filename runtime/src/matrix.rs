@@ -285,10 +285,12 @@ impl Matrix {
             _ => None,
         }
         .ok_or_else(|| not_packable(format, &gemv))?;
-        blocks.validate().map_err(|e| {
-            Error::Unsupported(format!(
+        // The repack checks the converted blocks as it reads them: one
+        // that is not finite is a scale (or -scale * zero) beyond f16.
+        let mut w = Int8Matrix::pack(&blocks.view(), m.k, gemv, gemm).map_err(|e| match e {
+            Error::Format(msg) => Error::Unsupported(format!(
                 "{format} weights do not fit the int8 kernel {}'s {} blocks, which hold \
-                 the scale{} as f16: {}",
+                 the scale{} as f16: {msg}",
                 gemv.name,
                 blocks.dtype,
                 if mins.is_none() {
@@ -296,10 +298,9 @@ impl Matrix {
                 } else {
                     ""
                 },
-                e.0
-            ))
+            )),
+            e => e,
         })?;
-        let mut w = Int8Matrix::pack(&blocks.view(), m.k, gemv, gemm)?;
         w.set_perm(perm)?;
         if let Some(mins) = mins {
             w.set_group_mins(mins)?;
