@@ -213,6 +213,11 @@ pub enum SubScaleKind {
     /// Per 32 values a scale byte then a min byte, each below 64 (Q4_K,
     /// Q5_K), the weight `d sc q - dmin m`.
     ScaleMin,
+    /// One 6-bit scale per 16 values, 16 of them packed in 12 bytes as
+    /// Q3_K's ([`scale_k3`]), the weight `d (sc - 32) (q - offset)`: read
+    /// out as the i8 `sc - 32`, after which kernels and layout treat them
+    /// as [`SubScaleKind::Signed`].
+    Packed6,
 }
 
 /// Sub-block `j`'s 6-bit scale and min from the 12 packed bytes of Q4_K /
@@ -232,10 +237,18 @@ pub(crate) fn scale_min_k4(q: &[u8], j: usize) -> (u8, u8) {
     }
 }
 
+/// Q3_K's 6-bit scale `j` (0..64, the scale is `sc - 32`) from its 12
+/// packed bytes: the low 4 bits in nibble `j / 8` of byte `j % 8`, the top
+/// 2 at bits `2 (j / 4)` of byte `8 + j % 4`.
+#[inline(always)]
+pub(crate) fn scale_k3(q: &[u8], j: usize) -> u8 {
+    ((q[j % 8] >> (4 * (j / 8))) & 0x0F) | (((q[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)
+}
+
 impl IntSubScales {
     /// Bytes `2s` and `2s + 1` of the block's integer sub-scales, those of
-    /// its 32-value sub-block `s`: the bytes as stored, or Q4_K's and
-    /// Q5_K's 6-bit scale and min unpacked. Offsets as data rather than a
+    /// its 32-value sub-block `s`: the bytes as stored, Q4_K's and Q5_K's
+    /// 6-bit scale and min unpacked, or Q3_K's two 6-bit scales as i8. Offsets as data rather than a
     /// function per format: the repack calls this for every column and
     /// block, and inlined it is a few loads.
     #[inline(always)]
@@ -243,6 +256,7 @@ impl IntSubScales {
         let q = &block[self.at..];
         match self.kind {
             SubScaleKind::ScaleMin => scale_min_k4(q, s).into(),
+            SubScaleKind::Packed6 => [2 * s, 2 * s + 1].map(|j| scale_k3(q, j).wrapping_sub(32)),
             SubScaleKind::Nibbles | SubScaleKind::Signed => [q[2 * s], q[2 * s + 1]],
         }
     }
@@ -254,9 +268,10 @@ impl IntSubScales {
         [f16(self.d_at), f16(self.dmin_at.unwrap_or(self.d_at))]
     }
 
-    /// The bytes are i8 scales ([`SubScaleKind::Signed`]).
+    /// [`IntSubScales::pair`] gives i8 scales ([`SubScaleKind::Signed`],
+    /// [`SubScaleKind::Packed6`]).
     pub fn signed(&self) -> bool {
-        self.kind == SubScaleKind::Signed
+        matches!(self.kind, SubScaleKind::Signed | SubScaleKind::Packed6)
     }
 
     /// Sub-block `s`'s scale and min exactly, in f64 (what the kernels that
@@ -267,7 +282,9 @@ impl IntSubScales {
     pub fn exact(&self, block: &[u8], s: usize) -> (f64, f64) {
         let [d, dmin] = self.supers(block).map(|b| half::f16::from_bits(b).to_f64());
         let (sc, m) = match self.kind {
-            SubScaleKind::Signed => return (d * self.pair(block, s / 2)[s % 2] as i8 as f64, 0.0),
+            SubScaleKind::Signed | SubScaleKind::Packed6 => {
+                return (d * self.pair(block, s / 2)[s % 2] as i8 as f64, 0.0)
+            }
             SubScaleKind::Nibbles => {
                 let b = self.pair(block, s / 2)[s % 2];
                 (b & 0x0F, b >> 4)

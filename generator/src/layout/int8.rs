@@ -1339,9 +1339,10 @@ mod tests {
         }
     }
 
-    /// Q2_K, Q4_K and Q5_K with integer sub-scales: per column and block
-    /// the file's two sub-scale bytes in entry 0 (Q2_K: the two halves'
-    /// scale-and-min bytes; Q4_K / Q5_K: the 6-bit scale and min), and in
+    /// Q2_K, Q4_K, Q5_K and Q3_K with integer sub-scales: per column and
+    /// block the file's two sub-scale bytes in entry 0 (Q2_K: the two
+    /// halves' scale-and-min bytes; Q4_K / Q5_K: the 6-bit scale and min;
+    /// Q3_K: the two halves' 6-bit scales as i8), and in
     /// entry 1 the super-block's `d` (first block), `-dmin` (second) or 0;
     /// the levels as in the f16 layout; padding columns all 0. Formats
     /// without them ignore the flag.
@@ -1355,16 +1356,23 @@ mod tests {
             let (sc, m) = crate::format::row::scale_min_k4(&blk[4..16], sub);
             [sc, m]
         };
-        let cases: [(GgmlType, Entry0, usize); 3] = [
+        // Q3_K's two 6-bit scales of the block as i8 `sc - 32`.
+        let k3: Entry0 = |blk, sub| {
+            [2 * sub, 2 * sub + 1].map(|j| crate::format::row::scale_k3(&blk[96..108], j) - 32)
+        };
+        // Where `d` and `dmin` sit (signed scales: `d` twice).
+        let cases: [(GgmlType, Entry0, usize, usize); 4] = [
             (
                 GgmlType::Q2_K,
                 |blk, sub| [blk[2 * sub], blk[2 * sub + 1]],
                 80,
+                82,
             ),
-            (GgmlType::Q4_K, k4, 0),
-            (GgmlType::Q5_K, k4, 0),
+            (GgmlType::Q4_K, k4, 0, 2),
+            (GgmlType::Q5_K, k4, 0, 2),
+            (GgmlType::Q3_K, k3, 108, 108),
         ];
-        for (t, entry0, d_at) in cases {
+        for (t, entry0, d_at, dmin_at) in cases {
             let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, t);
             let f16 = I8Layout::new(t, lanes, t_u, 256, tw, k, n);
             let l = f16.int_sub_scales(true);
@@ -1397,15 +1405,15 @@ mod tests {
                     let d = |o: usize| u16::from_le_bytes([blk[o], blk[o + 1]]);
                     let want = match sub {
                         0 => d(d_at),
-                        1 => d(d_at + 2) ^ 0x8000,
+                        1 => d(dmin_at) ^ 0x8000,
                         _ => 0,
                     };
                     assert_eq!(e1, want, "{t} col {j} block {b}");
                 }
             }
         }
-        let q3 = I8Layout::new(GgmlType::Q3_K, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
-        assert!(!q3.int_scales);
+        let q5 = I8Layout::new(GgmlType::Q5_0, lanes, t_u, 256, tw, k, n).int_sub_scales(true);
+        assert!(!q5.int_scales);
         // Several panels of several tiles and K blocks, on 3 threads: the
         // same stream as the entry-by-entry walk of one thread.
         let n = 70;

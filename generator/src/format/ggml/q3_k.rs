@@ -15,14 +15,15 @@
 //! 16, rounded to f16), each half of a block folded on its own and its
 //! offset removed through its own activation sum. 5 bits per weight
 //! repacked against the file's 3.44 (the 8-bit layout it used before took
-//! 9).
+//! 9). Kernels that keep integer sub-scales (AVX2) read the 6-bit scales
+//! as the i8 `sc - 32` ([`SubScaleKind::Packed6`]) under `d`.
 
 use crate::format::ggml::kquant::{
     crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max,
     sub_block_crumbs, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{scale_k3, Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
 
 pub const Q3_K: Format = Format {
     tag: "q3_k",
@@ -44,7 +45,12 @@ pub const Q3_K: Format = Format {
         scales_per_block: 2,
         act_group: 8,
         group_scale: false,
-        int_sub_scales: None,
+        int_sub_scales: Some(IntSubScales {
+            at: SC,
+            d_at: D,
+            dmin_at: None,
+            kind: SubScaleKind::Packed6,
+        }),
         nibbles: None,
         fifth: None,
     }),
@@ -61,8 +67,7 @@ fn sub_levels(blk: &[u8], s: usize) -> [u8; QK] {
 /// The scale of 16-value sub-block `s`: `d * (sc - 32)` in f32, as gguf-py
 /// forms it.
 fn sub16_scale(blk: &[u8], s: usize) -> (f32, f32) {
-    let sc = &blk[SC..D];
-    let v = ((sc[s % 8] >> (4 * (s / 8))) & 0x0F) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4);
+    let v = scale_k3(&blk[SC..D], s);
     (read_f16(&blk[D..]) * (v as i32 - 32) as f32, 0.0)
 }
 
@@ -84,10 +89,7 @@ fn levels(blk: &[u8]) -> [u8; QK_K] {
 
 /// The 16 stored 6-bit scales (0..64; the scale is `sc - 32`).
 fn scales(blk: &[u8]) -> [u8; QK_K / SUB] {
-    let s = &blk[SC..D];
-    std::array::from_fn(|j| {
-        ((s[j % 8] >> (4 * (j / 8))) & 0x0F) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)
-    })
+    std::array::from_fn(|j| scale_k3(&blk[SC..D], j))
 }
 
 /// One super-block, as gguf-py's `Q3_K.dequantize_blocks`:
@@ -213,6 +215,13 @@ mod tests {
                 assert_eq!(v.to_bits(), w[QK * s + i].to_bits(), "value {}", QK * s + i);
             }
         }
+    }
+
+    #[test]
+    fn integer_sub_scales_give_the_weights() {
+        // The packed 6-bit scales come out as the i8 `sc - 32`.
+        let pair = |b: &[u8], s: usize| [2 * s, 2 * s + 1].map(|j| scales(b)[j].wrapping_sub(32));
+        crate::format::ggml::kquant::check_signed_int_sub_scales(&Q3_K, D, levels, pair, 29);
     }
 
     #[test]

@@ -210,33 +210,9 @@ mod tests {
 
     #[test]
     fn integer_sub_scales_give_the_weights() {
-        // The file's i8 scales and f16 d, taken exactly, give gguf-py's
-        // weights (d * sc is exact in f32: an 11-bit d times an 8-bit sc).
-        let mut rng = Rng::new(23);
-        let int = Q6_K
-            .int8
-            .and_then(|r| r.int_sub_scales)
-            .expect("int sub-scales");
-        assert!(int.signed());
-        let mut w = [0f32; QK_K];
-        for t in 0..200 {
-            let mut b: Vec<u8> = (0..210).map(|_| rng.below(256) as u8).collect();
-            let v = 2f32.powi(rng.below(30) as i32 - 20) * (rng.f32() - 0.5);
-            b[D..].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
-            dequantize(&b, &mut w);
-            assert_eq!(int.supers(&b), [read_u16(&b), read_u16(&b)]);
-            let lv = levels(&b);
-            for (f, &want) in w.iter().enumerate() {
-                let (d, m) = int.exact(&b, f / 16);
-                assert_eq!(m, 0.0);
-                let got = d * Q6_K.level_value(lv[f]) as f64;
-                assert_eq!(got as f32, want, "block {t} value {f}");
-            }
-        }
-    }
-
-    fn read_u16(b: &[u8]) -> u16 {
-        u16::from_le_bytes([b[D], b[D + 1]])
+        // The file's i8 scales as they are.
+        let pair = |b: &[u8], s: usize| [b[SC + 2 * s], b[SC + 2 * s + 1]];
+        crate::format::ggml::kquant::check_signed_int_sub_scales(&Q6_K, D, levels, pair, 23);
     }
 
     #[test]

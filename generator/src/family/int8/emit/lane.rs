@@ -698,7 +698,7 @@ fn part_scales(p: &MicroSpec, form: IntSubScales, h: usize) -> TokenStream {
         .map(|t| {
             let (sv, off) = (format_ident!("sv_{}", t), lit(t * p.lanes));
             match form.kind {
-                SubScaleKind::Signed => {
+                SubScaleKind::Signed | SubScaleKind::Packed6 => {
                     quote! { let #sv = ops::sub_scale_s::<#h>(sc.add(#off)); }
                 }
                 SubScaleKind::Nibbles => {
@@ -1587,6 +1587,29 @@ mod tests {
         }
     }
 
+    /// For each `(op, t_u, t_sub, rows)` tile, `tag`'s AVX2 micro kernel
+    /// keeps integer sub-scales with one `ops::{scale}::<h>` shuffle per
+    /// half block and column group; `check` gets the kernel's text and the
+    /// tile for the format's own counts.
+    fn avx2_int_scale_kernels(
+        tag: &str,
+        scale: &str,
+        tiles: &[(Op, usize, usize, usize)],
+        check: impl Fn(&str, usize, usize, usize),
+    ) {
+        for &(op, t_u, t_sub, rows) in tiles {
+            let spec = I8Spec::from_tag(op, tag).expect("format");
+            assert!(int_scales(&spec, &AVX2), "{tag}");
+            let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
+            let k = micro_kernel(&p, &AVX2, rows).to_string();
+            for h in 0..2 {
+                let pat = format!("ops :: {scale} :: < {h} >");
+                assert_eq!(k.matches(&pat).count(), t_sub, "{tag} half {h}");
+            }
+            check(&k, t_u, t_sub, rows);
+        }
+    }
+
     /// Q2_K on AVX2 keeps its integer sub-scales: per half block and
     /// column group one scale shuffle and per row one `scaled_sum` of the
     /// half's pair sums, then one min madd per row; no f16 scale per half,
@@ -1595,23 +1618,13 @@ mod tests {
     /// ISAs and formats keep f16 scales.
     #[test]
     fn q2_k_on_avx2_keeps_integer_sub_scales() {
-        for (op, t_u, t_sub, rows) in [
+        let tiles = [
             (Op::Gemv, 2, 2, 1),
             (Op::Gemm { m: 32 }, 2, 1, 3),
             (Op::Gemm { m: 32 }, 3, 1, 4),
-        ] {
-            let spec = I8Spec::from_tag(op, "q2_k").expect("format");
-            assert!(int_scales(&spec, &AVX2));
-            let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
-            let k = micro_kernel(&p, &AVX2, rows).to_string();
+        ];
+        avx2_int_scale_kernels("q2_k", "sub_scale", &tiles, |k, t_u, t_sub, rows| {
             let n = |pat: &str| k.matches(pat).count();
-            for h in 0..2 {
-                assert_eq!(
-                    n(&format!("ops :: sub_scale :: < {h} >")),
-                    t_sub,
-                    "half {h}"
-                );
-            }
             assert_eq!(n("ops :: sub_mins"), t_sub);
             assert_eq!(n("ops :: sum_pair :: < 0 >"), rows);
             assert_eq!(n("ops :: scaled_sum"), 3 * rows * t_sub);
@@ -1627,7 +1640,7 @@ mod tests {
             }
             // Two entries per column and block.
             assert!(k.contains(&format!("sc = sc . add ({})", 2 * tw)));
-        }
+        });
         for isa in [&AVXVNNI, &DOTPROD] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q2_k").expect("format");
             assert!(!int_scales(&spec, isa), "{}", isa.name);
@@ -1637,7 +1650,7 @@ mod tests {
                 isa.name
             );
         }
-        for tag in ["q3_k", "tq2_0", "q4_0", "q4_1", "q5_1"] {
+        for tag in ["tq2_0", "q4_0", "q4_1", "q5_1"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!int_scales(&spec, &AVX2), "{tag}");
         }
@@ -1724,23 +1737,13 @@ mod tests {
     /// Its template items stay out of Q2_K's kernels and back.
     #[test]
     fn q6_k_on_avx2_keeps_signed_sub_scales() {
-        for (op, t_u, t_sub, rows) in [
+        let tiles = [
             (Op::Gemv, 2, 2, 1),
             (Op::Gemm { m: 32 }, 2, 2, 2),
             (Op::Gemm { m: 32 }, 3, 1, 3),
-        ] {
-            let spec = I8Spec::from_tag(op, "q6_k").expect("format");
-            assert!(int_scales(&spec, &AVX2));
-            let p = on_tile(&AVX2, spec, t_u, t_sub, rows);
-            let k = micro_kernel(&p, &AVX2, rows).to_string();
+        ];
+        avx2_int_scale_kernels("q6_k", "sub_scale_s", &tiles, |k, _, t_sub, rows| {
             let n = |pat: &str| k.matches(pat).count();
-            for h in 0..2 {
-                assert_eq!(
-                    n(&format!("ops :: sub_scale_s :: < {h} >")),
-                    t_sub,
-                    "half {h}"
-                );
-            }
             assert_eq!(n("ops :: dot2_sc"), 4 * rows * t_sub);
             assert_eq!(n("ops :: sub_offset_s :: < 5 >"), t_sub);
             assert_eq!(n("ops :: sum_pair :: < 5 >"), rows);
@@ -1750,7 +1753,7 @@ mod tests {
             }
             // Only `d`, of block 0, at the close.
             assert_eq!(n("ops :: scales"), t_sub);
-        }
+        });
         // What a 2x2 GEMM micro kernel's module keeps of the template.
         let items = |tag: &str| -> Vec<String> {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
@@ -1793,6 +1796,35 @@ mod tests {
             assert!(!has(&q4k, name) && !has(&q5k, name), "{name}");
         }
         assert!(!has(&q5k, "dot2_sc") && !has(&q4k, "dot2_sc"));
+    }
+
+    /// Q3_K on AVX2 keeps its 6-bit scales, read out as i8 (`Packed6`): per
+    /// part (16 values) one signed scale shuffle per column group and per
+    /// row one `scaled_sum` of the part's pair sums of nibble levels, then
+    /// one madd per row of `-4` times the scale pair against the half sums
+    /// brought down from `4 sum` (`sum_pair::<2>`); only `d` converted, at
+    /// the close. Elsewhere its scales stay f16.
+    #[test]
+    fn q3_k_on_avx2_keeps_signed_sub_scales() {
+        let tiles = [
+            (Op::Gemv, 2, 2, 1),
+            (Op::Gemm { m: 32 }, 2, 1, 4),
+            (Op::Gemm { m: 32 }, 2, 2, 2),
+        ];
+        avx2_int_scale_kernels("q3_k", "sub_scale_s", &tiles, |k, _, t_sub, rows| {
+            let n = |pat: &str| k.matches(pat).count();
+            assert_eq!(n("ops :: sub_offset_s :: < 2 >"), t_sub);
+            assert_eq!(n("ops :: sum_pair :: < 2 >"), rows);
+            assert_eq!(n("ops :: scaled_sum (sa_"), 3 * rows * t_sub);
+            for no in ["dot2_sc", "subi", "sm_0_0", "fmaf (ops :: cvti (i_"] {
+                assert!(!k.contains(no), "{no}");
+            }
+            assert_eq!(n("ops :: scales"), t_sub);
+        });
+        for isa in [&AVX512VNNI, &AVXVNNI, &DOTPROD, &PORTABLE] {
+            let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q3_k").expect("format");
+            assert!(!int_scales(&spec, isa), "{}", isa.name);
+        }
     }
 
     /// Offset formats on the i32-accumulating lane ISAs start each block
