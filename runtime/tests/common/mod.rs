@@ -117,7 +117,9 @@ pub fn check_i8_with(
                     * xa.q[r * k_pad + i] as f64
                     * xa.d[r * (k_pad / 32) + i / 32] as f64
             };
-            let mag: f64 = (0..k_pad).map(|i| term(i).abs()).sum();
+            let (mag, file) = (0..k_pad)
+                .map(term)
+                .fold((0f64, 0f64), |(m, f), t| (m + t.abs(), f + t));
             let tol = 8.0 * f32::EPSILON as f64 * ((k_pad / 32) as f64 + 4.0) * mag + 1e-30;
             let got = y[r * w.n + j] as f64;
             let exp = want[r * w.n + j];
@@ -134,7 +136,6 @@ pub fn check_i8_with(
             // formats with mins are held to this where the layout keeps
             // the file's integer sub-scales exactly.
             if file_check {
-                let file: f64 = (0..k_pad).map(term).sum();
                 assert!(
                     (got - file).abs() <= tol + mag / 512.0,
                     "{what}: row {r} col {j}: got {got}, the file's weights give {file}"
