@@ -1358,7 +1358,8 @@ mod tests {
         };
         // Q3_K's two 6-bit scales of the block as i8 `sc - 32`.
         let k3: Entry0 = |blk, sub| {
-            [2 * sub, 2 * sub + 1].map(|j| crate::format::row::scale_k3(&blk[96..108], j) - 32)
+            [2 * sub, 2 * sub + 1]
+                .map(|j| crate::format::row::scale_k3(&blk[96..108], j).wrapping_sub(32))
         };
         // Where `d` and `dmin` sit (signed scales: `d` twice).
         let cases: [(GgmlType, Entry0, usize, usize); 4] = [
