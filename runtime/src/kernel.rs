@@ -67,8 +67,8 @@ pub struct Int8Params {
     /// 4-bit levels stored as signed nibbles (activation scales carry 1/16).
     pub signed: bool,
     /// The scale stream keeps the format's integer sub-scales
-    /// (`I8Layout::int_sub_scales`: Q2_K on AVX2 and AVX-512 VNNI; Q4_K,
-    /// Q5_K and Q6_K on AVX2).
+    /// (`I8Layout::int_sub_scales`: Q2_K on AVX2 and AVX-512 VNNI; Q3_K,
+    /// Q4_K, Q5_K and Q6_K on AVX2).
     pub int_scales: bool,
     /// Reads activation rows interleaved in pairs (`ActFormat::row_pairs`).
     pub row_pairs: bool,

@@ -358,19 +358,32 @@ thread_local! {
     pub(crate) static CLAIM_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
-/// Resets `IN_POOL` on scope exit, unwinding included.
-struct InPoolGuard(bool);
+thread_local! {
+    /// Set while this thread runs its share of a job split over several
+    /// threads (a worker, or a caller whose call woke workers), not while
+    /// a call runs inline: a one-off parallel job started from here would
+    /// compete with those threads for the cores ([`side_threads`]).
+    static SHARING: Cell<bool> = const { Cell::new(false) };
+}
 
-impl InPoolGuard {
-    fn enter() -> InPoolGuard {
-        InPoolGuard(IN_POOL.with(|c| c.replace(true)))
+/// Sets a thread-local flag (`IN_POOL`, `SHARING`) for a scope and restores
+/// it on exit, unwinding included.
+struct FlagGuard {
+    flag: &'static std::thread::LocalKey<Cell<bool>>,
+    prev: bool,
+}
+
+impl FlagGuard {
+    fn enter(flag: &'static std::thread::LocalKey<Cell<bool>>) -> FlagGuard {
+        let prev = flag.with(|c| c.replace(true));
+        FlagGuard { flag, prev }
     }
 }
 
-impl Drop for InPoolGuard {
+impl Drop for FlagGuard {
     fn drop(&mut self) {
-        let prev = self.0;
-        IN_POOL.with(|c| c.set(prev));
+        let prev = self.prev;
+        self.flag.with(|c| c.set(prev));
     }
 }
 
@@ -599,7 +612,7 @@ impl Pool {
         adopt: &dyn Fn(usize),
     ) {
         let inline = || {
-            let _g = InPoolGuard::enter();
+            let _g = FlagGuard::enter(&IN_POOL);
             (0..chunks).for_each(mine);
         };
         if self.threads.min(chunks) <= 1 || IN_POOL.with(|c| c.get()) {
@@ -628,7 +641,7 @@ impl Pool {
         };
         self.shared.work.notify_all();
 
-        let _g = InPoolGuard::enter();
+        let (_g, _s) = (FlagGuard::enter(&IN_POOL), FlagGuard::enter(&SHARING));
         let mut ran = vec![false; chunks];
         let mut panic: Option<Payload> = None;
         let run_mine = |i: usize, panic: &mut Option<Payload>| {
@@ -771,7 +784,7 @@ impl Pool {
 
     fn dispatch(&self, tasks: usize, f: &(dyn Fn(usize) + Sync), split: Split) {
         let inline = || {
-            let _g = InPoolGuard::enter();
+            let _g = FlagGuard::enter(&IN_POOL);
             if let Err(p) = share(f, split, tasks, 1, 0, &AtomicUsize::new(0)) {
                 resume_unwind(p);
             }
@@ -830,7 +843,7 @@ impl Pool {
         let cpu_start = thread_cpu_time();
         let own_start = Instant::now();
         let mine = {
-            let _g = InPoolGuard::enter();
+            let (_g, _s) = (FlagGuard::enter(&IN_POOL), FlagGuard::enter(&SHARING));
             let counted = |i: usize| {
                 own.fetch_add(1, Ordering::Relaxed);
                 f(i)
@@ -912,7 +925,7 @@ fn run_detached_share(d: &Detached, delay: Duration) {
 }
 
 fn worker(shared: Arc<Shared>, id: usize) {
-    let _g = InPoolGuard::enter();
+    let (_g, _s) = (FlagGuard::enter(&IN_POOL), FlagGuard::enter(&SHARING));
     let mut seen = 0u64;
     #[cfg(test)]
     let mut delayed = false;
@@ -1110,10 +1123,13 @@ fn parse_threads(v: &str) -> Result<usize, String> {
 
 /// Threads a one-off parallel job outside the pool (a repack's scoped
 /// threads) should use from the calling thread: the global pool's size, or
-/// 1 on a thread that is running pool tasks, whose siblings already keep
-/// the cores busy (`Model::load_all` repacks a tensor per pool thread).
+/// 1 on a thread that runs its share of a pool job other threads share
+/// too, which keep the other cores busy (`Model::load_all` repacks a
+/// tensor per pool thread). A pool call that runs inline (one thread or
+/// one task, a backed-off split, a nested call) leaves it at the pool's
+/// size.
 pub fn side_threads() -> usize {
-    if IN_POOL.with(|c| c.get()) {
+    if SHARING.with(|c| c.get()) {
         1
     } else {
         global().threads()
@@ -1729,7 +1745,7 @@ mod tests {
     }
 
     #[test]
-    fn side_threads_is_one_inside_pool_tasks() {
+    fn side_threads_is_one_inside_shared_pool_tasks() {
         assert_eq!(side_threads(), global().threads());
         let pool = Pool::new(2);
         let inside = Mutex::new(Vec::new());
@@ -1740,6 +1756,11 @@ mod tests {
             global().threads(),
             "reset once the call returns"
         );
+        // Inline runs (one thread, one task) share no core.
+        let inline = Mutex::new(Vec::new());
+        Pool::new(1).run_chunks(3, &|_| inline.lock().unwrap().push(side_threads()));
+        pool.run_chunks(1, &|_| inline.lock().unwrap().push(side_threads()));
+        assert_eq!(*inline.lock().unwrap(), vec![global().threads(); 4]);
     }
 
     #[test]

@@ -371,8 +371,9 @@ pub unsafe fn scaled_sum(acc: I, a: I, b: I) -> I {
     _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
 }
 
-// Signed integer sub-scales (GGUF Q6_K): entry 0 holds each column's two
-// i8 scales (one per 16 values); kept only in those kernels.
+// Signed integer sub-scales (GGUF Q6_K, and Q3_K's read out as i8): entry 0
+// holds each column's two i8 scales (one per 16 values); kept only in
+// those kernels.
 
 /// The column group's 16 i8 scales sign-extended: column `c`'s lane holds
 /// its two halves' scales as an i16 pair (half 0 low).

@@ -182,9 +182,10 @@ impl NibbleStore {
 /// A format whose super-block holds f16 scales over integer sub-scales,
 /// two bytes per 32-value sub-block ([`SubScaleKind`]): GGUF Q2_K's scale
 /// and min nibbles per 16 values under `d` and `dmin`, Q6_K's i8 scale per
-/// 16 under `d`, or Q4_K's and Q5_K's 6-bit scale and min per 32 under `d`
-/// and `dmin`. The int8 layout then stores these bytes as they are (two
-/// per column and 32-value block) and the super-block's `d` and `-dmin`
+/// 16 under `d`, Q3_K's packed 6-bit scale per 16 under `d`, or Q4_K's and
+/// Q5_K's 6-bit scale and min per 32 under `d` and `dmin`. The int8 layout
+/// then stores these as [`IntSubScales::pair`] reads them (two bytes per
+/// column and 32-value block) and the super-block's `d` and `-dmin`
 /// (signed: `-d`) once, in the f16 entries of its first two blocks; kernels
 /// on ISAs with [`crate::family::int8::isa::I8Isa::int_sub_scales`] read
 /// that form.

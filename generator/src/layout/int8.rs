@@ -199,7 +199,8 @@ impl I8Layout {
     /// they are, where it has them and `on`
     /// ([`crate::format::row::IntSubScales`]): per column and block two
     /// entries, the block's two sub-scale bytes (Q2_K: each 16-value
-    /// half's scale and min nibbles; Q6_K: each half's i8 scale; Q4_K /
+    /// half's scale and min nibbles; Q6_K: each half's i8 scale; Q3_K:
+    /// each half's 6-bit scale as the i8 `sc - 32`; Q4_K /
     /// Q5_K: the 6-bit scale code, then the min code), then one f16 holding
     /// the super-block's `d` in its first block, `-dmin` (signed: `-d`) in
     /// its second and 0 in the others (the
@@ -1343,7 +1344,8 @@ mod tests {
     /// block the file's two sub-scale bytes in entry 0 (Q2_K: the two
     /// halves' scale-and-min bytes; Q4_K / Q5_K: the 6-bit scale and min;
     /// Q3_K: the two halves' 6-bit scales as i8), and in
-    /// entry 1 the super-block's `d` (first block), `-dmin` (second) or 0;
+    /// entry 1 the super-block's `d` (first block), `-dmin` (second; Q3_K's
+    /// signed scales: `-d`) or 0;
     /// the levels as in the f16 layout; padding columns all 0. Formats
     /// without them ignore the flag.
     #[test]

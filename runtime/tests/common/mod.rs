@@ -65,9 +65,9 @@ pub fn check(m: &GptqMatrix, x: &[f32], rows: usize, y: &[f32], what: &str) {
 /// of |terms|.
 ///
 /// The oracle rounds sub-scales to f16 as every layout but the integer
-/// sub-scale one does (Q2_K on AVX2 and AVX-512 VNNI, Q6_K on AVX2):
-/// [`check_i8_with`] names the form of
-/// the kernel under test.
+/// sub-scale one does (Q2_K on AVX2 and AVX-512 VNNI; Q3_K, Q4_K, Q5_K and
+/// Q6_K on AVX2): [`check_i8_with`] names the form of the kernel under
+/// test, and also holds its output to the file's own weights.
 pub fn check_i8(w: &GgmlMatrix, x: &[f32], k: usize, m: usize, y: &[f32], what: &str) {
     check_i8_with(w, x, k, m, y, what, false);
 }

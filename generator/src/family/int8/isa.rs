@@ -103,7 +103,8 @@ pub struct I8Isa {
     pub scratch_levels: bool,
     /// Formats with integer sub-scales under an f16 super-block scale
     /// ([`crate::format::row::IntSubScales`]: Q2_K's 4-bit scale and min
-    /// per 16 values, Q6_K's i8 scale per 16, Q4_K's and Q5_K's 6-bit
+    /// per 16 values, Q6_K's i8 scale per 16 (and Q3_K's 6-bit one, read
+    /// out as i8), Q4_K's and Q5_K's 6-bit
     /// scale and min per 32) keep them integers: each part's i16 pair sums
     /// are widened by one madd with the sub-scale in place of the word of
     /// ones, the mins (or the offset times the scales) go in through one
