@@ -348,6 +348,11 @@ thread_local! {
     /// Set while this thread runs pool tasks (as caller or worker), so a
     /// nested `run` executes inline instead of deadlocking.
     static IN_POOL: Cell<bool> = const { Cell::new(false) };
+    /// Set while this thread runs its share of a job split over several
+    /// threads (a worker, or a caller whose call woke workers), not while
+    /// a call runs inline: a one-off parallel job started from here would
+    /// compete with those threads for the cores ([`side_threads`]).
+    static SHARING: Cell<bool> = const { Cell::new(false) };
 }
 
 #[cfg(test)]
@@ -356,14 +361,6 @@ thread_local! {
     static TAKE_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
     /// Tests only: the `claim_delay` of the pools this thread creates.
     pub(crate) static CLAIM_DELAY: Cell<Duration> = const { Cell::new(Duration::ZERO) };
-}
-
-thread_local! {
-    /// Set while this thread runs its share of a job split over several
-    /// threads (a worker, or a caller whose call woke workers), not while
-    /// a call runs inline: a one-off parallel job started from here would
-    /// compete with those threads for the cores ([`side_threads`]).
-    static SHARING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Sets a thread-local flag (`IN_POOL`, `SHARING`) for a scope and restores

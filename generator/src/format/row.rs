@@ -249,9 +249,9 @@ pub(crate) fn scale_k3(q: &[u8], j: usize) -> u8 {
 impl IntSubScales {
     /// Bytes `2s` and `2s + 1` of the block's integer sub-scales, those of
     /// its 32-value sub-block `s`: the bytes as stored, Q4_K's and Q5_K's
-    /// 6-bit scale and min unpacked, or Q3_K's two 6-bit scales as i8. Offsets as data rather than a
-    /// function per format: the repack calls this for every column and
-    /// block, and inlined it is a few loads.
+    /// 6-bit scale and min unpacked, or Q3_K's two 6-bit scales as i8.
+    /// Offsets as data rather than a function per format: the repack calls
+    /// this for every column and block, and inlined it is a few loads.
     #[inline(always)]
     pub fn pair(&self, block: &[u8], s: usize) -> [u8; 2] {
         let q = &block[self.at..];
