@@ -188,7 +188,7 @@ impl Family for Int8 {
 
     fn file_notes(_: &TargetDesc) -> Vec<String> {
         vec![
-            "family: int8 activations (Q8_0-like, per 32-block), symmetric weights with f16 scales"
+            "family: int8 activations (Q8_0-like, per 32-block); each kernel's weight levels and scales below"
                 .to_string(),
         ]
     }

@@ -120,7 +120,19 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             } else if p.spec.bits() == 4 && isa.signed_nibbles {
                 "4-bit, signed nibbles".to_string()
             } else if p.spec.bits() == 4 {
-                "4-bit, nibbles + 8".to_string()
+                format!(
+                    "4-bit, nibbles = level + {}{}",
+                    p.spec.format.offset(),
+                    match (
+                        p.spec.scales_per_block(),
+                        crate::family::int8::emit::micro::int_scales(&p.spec, &isa)
+                    ) {
+                        (1, _) => "",
+                        (_, true) =>
+                            ", a scale per 16 values (kept as i8 under the super-block's f16 d)",
+                        (_, false) => ", a scale per 16 values",
+                    }
+                )
             } else if isa.offsets_signed(&p.spec) {
                 "8-bit signed, read as level + 128".to_string()
             } else {
