@@ -210,6 +210,45 @@ mod tests {
         assert!(rows >= 7, "{rows} rows state their nibbles");
     }
 
+    /// What the int8 repack reads of a block (`block_levels`, `sub_scale`)
+    /// gives the codec's weights exactly: `d * level_value(level) + m` for
+    /// every value of random blocks (finite scales), every format with an
+    /// int8 row. The oracle and the layout both read these, so only this
+    /// and the file-weights checks of the kernel tests tie them to the file.
+    #[test]
+    fn block_levels_and_sub_scales_give_the_weights() {
+        let mut rng = Rng::new(11);
+        let mut rows = 0;
+        for f in FORMATS {
+            let Some(r) = f.int8 else { continue };
+            let part = QK / r.scales_per_block;
+            let scale = half::f16::from_f32(0.03125).to_le_bytes();
+            let mut w = vec![0f32; f.block];
+            for t in 0..200 {
+                let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();
+                for &at in f.scale_offsets {
+                    block[at..at + 2].copy_from_slice(&scale);
+                }
+                (f.dequantize)(&block, &mut w);
+                for s in 0..f.block / QK {
+                    let levels = (r.block_levels)(&block, s);
+                    for (i, &l) in levels.iter().enumerate() {
+                        let (d, m) = (r.sub_scale)(&block, s * r.scales_per_block + i / part);
+                        let v = w[QK * s + i];
+                        assert_eq!(
+                            d * f.level_value(l) as f32 + m,
+                            v,
+                            "{} block {t} sub-block {s} value {i}",
+                            f.name
+                        );
+                    }
+                }
+            }
+            rows += 1;
+        }
+        assert!(rows >= 16, "{rows} int8 rows");
+    }
+
     #[test]
     fn rows_agree_with_ggml_sizes_and_tags_are_unique() {
         for f in FORMATS {
