@@ -212,9 +212,9 @@ mod tests {
 
     /// What the int8 repack reads of a block (`block_levels`, `sub_scale`)
     /// gives the codec's weights exactly: `d * level_value(level) + m` for
-    /// every value of random blocks (finite scales), every format with an
-    /// int8 row. The oracle and the layout both read these, so only this
-    /// and the file-weights checks of the kernel tests tie them to the file.
+    /// every value of random blocks (random finite scales), every format
+    /// with an int8 row. The oracle and the layout both read these; this
+    /// and the kernel tests' file-weights check tie them to the file.
     #[test]
     fn block_levels_and_sub_scales_give_the_weights() {
         let mut rng = Rng::new(11);
@@ -222,12 +222,20 @@ mod tests {
         for f in FORMATS {
             let Some(r) = f.int8 else { continue };
             let part = QK / r.scales_per_block;
-            let scale = half::f16::from_f32(0.03125).to_le_bytes();
             let mut w = vec![0f32; f.block];
             for t in 0..200 {
                 let mut block: Vec<u8> = (0..f.block_bytes).map(|_| rng.next_u64() as u8).collect();
+                // Each scale its own finite f16, either sign, subnormals
+                // too: equal scales (or powers of two) would hide a swapped
+                // scale and min and every rounding of `d l + m`.
                 for &at in f.scale_offsets {
-                    block[at..at + 2].copy_from_slice(&scale);
+                    let bits = loop {
+                        let b = rng.next_u64() as u16;
+                        if b & 0x7C00 != 0x7C00 {
+                            break b;
+                        }
+                    };
+                    block[at..at + 2].copy_from_slice(&bits.to_le_bytes());
                 }
                 (f.dequantize)(&block, &mut w);
                 for s in 0..f.block / QK {

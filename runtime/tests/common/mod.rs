@@ -108,7 +108,7 @@ pub fn check_i8_with(
     let xa = quantize_activations(x, m, k, k_pad, w.dtype);
     let want = reference_i8_for(w, &xa, m, int_scales);
     let deq = w.dequantize();
-    let allow = file_allowance(w, &xa, m);
+    let allow = file_allowance(w, &xa, m, int_scales);
     for r in 0..m {
         for j in 0..w.n {
             let term = |i: usize| {
@@ -128,8 +128,8 @@ pub fn check_i8_with(
             );
             // The oracle reads the scales as the layout does; gguf-py's
             // weights (the codec's `dequantize`) tie that reading to the
-            // file, within what storing each part's scale and min as f16
-            // can move the oracle.
+            // file, within what storing each part's scale and min can move
+            // the oracle.
             let bound = tol + allow[r * w.n + j];
             assert!(
                 (got - file).abs() <= bound,
@@ -139,18 +139,21 @@ pub fn check_i8_with(
     }
 }
 
-/// Per output, how far the f16-scale oracle may sit from the file's own
-/// weights: each part (32 or 16 values) moves by its scale's rounding
-/// times its level dot plus its min's rounding times its activation sum,
-/// at most `2^-11 (|d| sum|l x| + |m| |sum x|)` times the activation scale
-/// for normal f16 values and `2^-25` per unit where they are subnormal.
-/// Both are doubled here. This is per part, not relative to the weights'
-/// own magnitude: a min that nearly cancels its scale's term leaves the
-/// weights small while the rounding of either stays as large.
+/// Per output, how far the oracle may sit from the file's own weights:
+/// the oracle reads each part's (16 or 32 values) scale and min as the
+/// layout stores them (f16, or exact integer sub-scales), so it moves by
+/// `dx (|dd| |sum l x| + |dm| |sum x|)` with `dd` and `dm` those stored
+/// values less the file's; and each file weight is `d l + m` rounded once
+/// to f32, at most 2^-24 of itself. Where the file's scales are f16
+/// already (Q4_0, Q8_0, ..) `dd` and `dm` are 0 and only that rounding is
+/// left. Per part, not relative to the weights' magnitude: a min that
+/// nearly cancels its scale's term leaves the weights small while the
+/// rounding of either is not.
 fn file_allowance(
     w: &GgmlMatrix,
     xa: &kgen::layout::act::QuantizedActivations,
     m: usize,
+    int_scales: bool,
 ) -> Vec<f64> {
     let fmt = w.dtype.format();
     let repack = fmt.int8.expect("an int8 format");
@@ -162,20 +165,31 @@ fn file_allowance(
             let block = w.block(j, b / subs);
             let levels = (repack.block_levels)(block, b % subs);
             for h in 0..spb {
-                let (d, mn) = (repack.sub_scale)(block, (b % subs) * spb + h);
+                let s = (b % subs) * spb + h;
+                let (d, mn) = (repack.sub_scale)(block, s);
+                // What the oracle reads (`reference_i8_for`).
+                let (ds, ms) = match repack.int_sub_scales.filter(|_| int_scales) {
+                    Some(int) => int.exact(block, s),
+                    None => {
+                        let (d, m) = kgen::layout::int8::stored_scale(repack.sub_scale, block, s);
+                        (d.to_f64(), m.to_f64())
+                    }
+                };
+                let (dd, dm) = ((ds - d as f64).abs(), (ms - mn as f64).abs());
                 let lv = &levels[h * part..(h + 1) * part];
                 for r in 0..m {
                     let xs = &xa.q[r * k_pad + b * 32 + h * part..][..part];
-                    let dot: f64 = lv
-                        .iter()
-                        .zip(xs)
-                        .map(|(&l, &x)| (fmt.level_value(l) as f64 * x as f64).abs())
-                        .sum();
-                    let sum = xs.iter().map(|&x| x as f64).sum::<f64>().abs();
+                    let (dot, sum, own) =
+                        lv.iter()
+                            .zip(xs)
+                            .fold((0f64, 0f64, 0f64), |(dot, sum, own), (&l, &x)| {
+                                let (l, x) = (fmt.level_value(l) as f64, x as f64);
+                                let wt = (d as f64 * l + mn as f64).abs();
+                                (dot + l * x, sum + x, own + wt * x.abs())
+                            });
                     let dx = xa.d[r * xb + b] as f64;
-                    allow[r * w.n + j] += dx
-                        * ((d.abs() as f64 * dot + mn.abs() as f64 * sum) / 1024.0
-                            + (dot + sum) / 2f64.powi(24));
+                    allow[r * w.n + j] +=
+                        dx * (dd * dot.abs() + dm * sum.abs() + own / 2f64.powi(23));
                 }
             }
         }
