@@ -188,7 +188,7 @@ impl Family for Int8 {
 
     fn file_notes(_: &TargetDesc) -> Vec<String> {
         vec![
-            "family: int8 activations (Q8_0-like, per 32-block); each kernel's weight levels and scales below"
+            "family: int8 activations, a scale per 32 values (per 256 for the K-quants and TQ1_0 / TQ2_0, as Q8_K); each kernel's weight levels and scales below"
                 .to_string(),
         ]
     }

@@ -117,12 +117,15 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 )
             } else if p.spec.bits() == 2 {
                 format!("2-bit unsigned levels - {}", p.spec.format.offset())
-            } else if p.spec.bits() == 4 && isa.signed_nibbles {
-                "4-bit, signed nibbles".to_string()
             } else if p.spec.bits() == 4 {
                 format!(
-                    "4-bit, nibbles = level + {}{}",
+                    "4-bit unsigned levels - {}{}{}",
                     p.spec.format.offset(),
+                    if isa.signed_nibbles {
+                        " (read as signed nibbles)"
+                    } else {
+                        ""
+                    },
                     match (
                         p.spec.scales_per_block(),
                         crate::family::int8::emit::micro::int_scales(&p.spec, &isa)
