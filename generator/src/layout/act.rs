@@ -406,13 +406,7 @@ pub fn reference_i8_for<D: AsRef<[u8]>>(
             // Per part of the block with its own scale (32 or 16 values).
             for h in 0..spb {
                 let s = (b % subs) * spb + h;
-                let (dw, mw) = match repack.int_sub_scales.filter(|_| int_scales) {
-                    Some(int) => int.exact(block, s),
-                    None => {
-                        let (d, mn) = stored_scale(repack.sub_scale, block, s);
-                        (d.to_f64(), mn.to_f64())
-                    }
-                };
+                let (dw, mw) = layout_sub_scale(&repack, block, s, int_scales);
                 let range = h * part..(h + 1) * part;
                 for r in 0..m {
                     let xs = &xa.q[r * k_pad + b * QK..r * k_pad + (b + 1) * QK];
@@ -435,6 +429,25 @@ pub fn reference_i8_for<D: AsRef<[u8]>>(
         }
     }
     y
+}
+
+/// The scale and min of part `s` of `block` as a layout stores them, the
+/// oracle's reading: the exact integer sub-scales under their f16 super
+/// scales where the layout keeps them (`int_scales`), else the format's
+/// f32 `sub_scale` rounded to f16.
+pub fn layout_sub_scale(
+    repack: &crate::format::row::Int8Repack,
+    block: &[u8],
+    s: usize,
+    int_scales: bool,
+) -> (f64, f64) {
+    match repack.int_sub_scales.filter(|_| int_scales) {
+        Some(int) => int.exact(block, s),
+        None => {
+            let (d, m) = stored_scale(repack.sub_scale, block, s);
+            (d.to_f64(), m.to_f64())
+        }
+    }
 }
 
 #[cfg(test)]

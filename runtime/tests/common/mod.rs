@@ -5,7 +5,7 @@
 
 use kgen::format::ggml::GgmlMatrix;
 use kgen::format::gptq::GptqMatrix;
-use kgen::layout::act::{quantize_activations, reference_i8_for};
+use kgen::layout::act::{layout_sub_scale, quantize_activations, reference_i8_for};
 use kgen_runtime::Group;
 
 /// f32 family `(k, n)` pairs: k not a multiple of the group or block, n not a
@@ -129,8 +129,9 @@ pub fn check_i8_with(
             // The oracle reads the scales as the layout does; gguf-py's
             // weights (the codec's `dequantize`) tie that reading to the
             // file, within what storing each part's scale and min can move
-            // the oracle.
-            let bound = tol + allow[r * w.n + j];
+            // the oracle, and each file weight's own f32 rounding (at most
+            // 2^-24 of it, doubled).
+            let bound = tol + allow[r * w.n + j] + mag / 2f64.powi(23);
             assert!(
                 (got - file).abs() <= bound,
                 "{what}: row {r} col {j}: got {got}, the file's weights give {file} (bound {bound:e})"
@@ -139,16 +140,15 @@ pub fn check_i8_with(
     }
 }
 
-/// Per output, how far the oracle may sit from the file's own weights:
-/// the oracle reads each part's (16 or 32 values) scale and min as the
-/// layout stores them (f16, or exact integer sub-scales), so it moves by
-/// `dx (|dd| |sum l x| + |dm| |sum x|)` with `dd` and `dm` those stored
-/// values less the file's; and each file weight is `d l + m` rounded once
-/// to f32, at most 2^-24 of itself. Where the file's scales are f16
-/// already (Q4_0, Q8_0, ..) `dd` and `dm` are 0 and only that rounding is
-/// left. Per part, not relative to the weights' magnitude: a min that
-/// nearly cancels its scale's term leaves the weights small while the
-/// rounding of either is not.
+/// Per output, how far the oracle's scales move it from the file's own
+/// weights: the oracle reads each part's (16 or 32 values) scale and min
+/// as the layout stores them (`layout_sub_scale`: f16, or exact integer
+/// sub-scales), so it moves by `dx (|dd| |sum l x| + |dm| |sum x|)` with
+/// `dd` and `dm` those stored values less the file's. Where the file's
+/// scales are f16 already (Q4_0, Q8_0, ..) that is 0. Per part, not
+/// relative to the weights' magnitude: a min that nearly cancels its
+/// scale's term leaves the weights small while the rounding of either is
+/// not.
 fn file_allowance(
     w: &GgmlMatrix,
     xa: &kgen::layout::act::QuantizedActivations,
@@ -167,29 +167,22 @@ fn file_allowance(
             for h in 0..spb {
                 let s = (b % subs) * spb + h;
                 let (d, mn) = (repack.sub_scale)(block, s);
-                // What the oracle reads (`reference_i8_for`).
-                let (ds, ms) = match repack.int_sub_scales.filter(|_| int_scales) {
-                    Some(int) => int.exact(block, s),
-                    None => {
-                        let (d, m) = kgen::layout::int8::stored_scale(repack.sub_scale, block, s);
-                        (d.to_f64(), m.to_f64())
-                    }
-                };
+                let (ds, ms) = layout_sub_scale(&repack, block, s, int_scales);
                 let (dd, dm) = ((ds - d as f64).abs(), (ms - mn as f64).abs());
+                if dd == 0.0 && dm == 0.0 {
+                    continue;
+                }
                 let lv = &levels[h * part..(h + 1) * part];
                 for r in 0..m {
                     let xs = &xa.q[r * k_pad + b * 32 + h * part..][..part];
-                    let (dot, sum, own) =
+                    let (dot, sum) =
                         lv.iter()
                             .zip(xs)
-                            .fold((0f64, 0f64, 0f64), |(dot, sum, own), (&l, &x)| {
-                                let (l, x) = (fmt.level_value(l) as f64, x as f64);
-                                let wt = (d as f64 * l + mn as f64).abs();
-                                (dot + l * x, sum + x, own + wt * x.abs())
+                            .fold((0f64, 0f64), |(dot, sum), (&l, &x)| {
+                                (dot + (fmt.level_value(l) * x as i32) as f64, sum + x as f64)
                             });
                     let dx = xa.d[r * xb + b] as f64;
-                    allow[r * w.n + j] +=
-                        dx * (dd * dot.abs() + dm * sum.abs() + own / 2f64.powi(23));
+                    allow[r * w.n + j] += dx * (dd * dot.abs() + dm * sum.abs());
                 }
             }
         }

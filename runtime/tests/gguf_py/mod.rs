@@ -230,15 +230,15 @@ pub fn assert_bits_eq(what: &str, ours: &[f32], theirs: &[f32], n: usize) {
 /// `x @ deq.T` of gguf-py's N x K dequantized weights `deq_nk`. The kernels
 /// quantize x per 32-block (Q8_0 arithmetic), so the tolerance is that
 /// rounding's worst case, sum over blocks of d_x / 2 * sum |W_ij|, plus the
-/// f32 summation bound K * 2^-23 * sum |x_i W_ij|. Returns the outputs
-/// checked.
+/// f32 summation bound K * 2^-23 * sum |x_i W_ij|. Returns the outputs it
+/// checked, for checks of their own.
 pub fn assert_gemv_near_numpy(
     what: &str,
     qm: &kgen_runtime::Matrix,
     x: &[f32],
     deq_nk: &[f32],
     y_np: &[f32],
-) -> usize {
+) -> Vec<f32> {
     let (k, n) = (x.len(), y_np.len());
     assert_eq!((qm.k(), qm.n(), deq_nk.len()), (k, n, k * n), "{what}");
     let mut y = vec![0f32; n];
@@ -263,5 +263,5 @@ pub fn assert_gemv_near_numpy(
             y_np[j]
         );
     }
-    n
+    y
 }

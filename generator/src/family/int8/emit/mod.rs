@@ -66,6 +66,23 @@ const SIX_BIT_PAIR: &[&str] = &["lo6", "spill6", "sub_bias"];
 /// layout, tile and blocks, registers and L1, the model's figures.
 pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
     let isa = p.isa();
+    // Signed sub-scales (Q3_K, Q6_K): a scale per 16 values, and whether
+    // the layout keeps them as integers.
+    let signed_scales = match (
+        p.spec.scales_per_block(),
+        crate::family::int8::emit::micro::int_scales(&p.spec, &isa),
+    ) {
+        (1, _) => String::new(),
+        (spb, kept) => format!(
+            ", a scale per {} values{}",
+            32 / spb,
+            if kept {
+                " (kept as i8 under the super-block's f16 d)"
+            } else {
+                ""
+            }
+        ),
+    };
     vec![
         format!(
             "format:   {} ({}), op {}",
@@ -106,34 +123,19 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 )
             } else if p.spec.bits() == 6 {
                 format!(
-                    "6-bit unsigned levels - {}, a scale per {} values{}",
-                    p.spec.format.offset(),
-                    32 / p.spec.scales_per_block(),
-                    if crate::family::int8::emit::micro::int_scales(&p.spec, &isa) {
-                        " (kept as i8 under the super-block's f16 d)"
-                    } else {
-                        ""
-                    }
+                    "6-bit unsigned levels - {}{signed_scales}",
+                    p.spec.format.offset()
                 )
             } else if p.spec.bits() == 2 {
                 format!("2-bit unsigned levels - {}", p.spec.format.offset())
             } else if p.spec.bits() == 4 {
                 format!(
-                    "4-bit unsigned levels - {}{}{}",
+                    "4-bit unsigned levels - {}{}{signed_scales}",
                     p.spec.format.offset(),
                     if isa.signed_nibbles {
                         " (read as signed nibbles)"
                     } else {
                         ""
-                    },
-                    match (
-                        p.spec.scales_per_block(),
-                        crate::family::int8::emit::micro::int_scales(&p.spec, &isa)
-                    ) {
-                        (1, _) => "",
-                        (_, true) =>
-                            ", a scale per 16 values (kept as i8 under the super-block's f16 d)",
-                        (_, false) => ", a scale per 16 values",
                     }
                 )
             } else if isa.offsets_signed(&p.spec) {
