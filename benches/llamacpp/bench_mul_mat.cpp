@@ -57,6 +57,7 @@ const std::vector<std::pair<std::string, ggml_type>> kTypes = {
     {"q8_0", GGML_TYPE_Q8_0},
     {"q5_0", GGML_TYPE_Q5_0},
     {"iq4_nl", GGML_TYPE_IQ4_NL},
+    {"iq4_xs", GGML_TYPE_IQ4_XS},
     {"q4_1", GGML_TYPE_Q4_1},
     {"q5_1", GGML_TYPE_Q5_1},
     {"q4_k", GGML_TYPE_Q4_K},
@@ -97,7 +98,7 @@ std::vector<std::string> split(const std::string & s, char sep) {
 [[noreturn]] void usage(const char * msg) {
     fprintf(stderr, "bench_mul_mat: %s\n", msg);
     fprintf(stderr,
-            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0] [--modes plain,repack]\n"
+            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0] [--modes plain,repack]\n"
             "                     [--shapes KxN,...] [--m 1,8,32,128] [--threads 1,2] [--min-time S]\n"
             "                     [--min-reps N] [--max-reps N] [--warmup N] [--poll 0..100] [--no-check]\n");
     exit(2);
@@ -115,7 +116,7 @@ Options parse(int argc, char ** argv) {
             o.types.clear();
             for (auto & t : split(val(), ',')) {
                 auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto & p) { return p.first == t; });
-                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0)").c_str());
+                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, iq4_xs, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0)").c_str());
                 o.types.push_back(*it);
             }
         } else if (a == "--modes") {

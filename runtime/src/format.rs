@@ -299,7 +299,7 @@ mod tests {
     #[test]
     fn bad_names_say_what_is_wrong() {
         for (name, says) in [
-            ("iq4_xs", "unknown weight format `iq4_xs`"),
+            ("iq2_xxs", "unknown weight format `iq2_xxs`"),
             ("q8_k", "q4_0"),
             ("5:32", "5 weight bits"),
             ("4:48", "48"),

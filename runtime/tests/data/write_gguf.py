@@ -5,7 +5,7 @@ Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
 hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / TQ1_0 / TQ2_0 matrices quantized by
-gguf.quants.quantize, IQ4_NL and K-quant (Q2_K .. Q6_K) matrices of raw blocks
+gguf.quants.quantize, IQ4_NL, IQ4_XS and K-quant (Q2_K .. Q6_K) matrices of raw blocks
 (gguf-py cannot quantize those: random levels and f16 scales, written with
 raw_dtype and dequantized by gguf-py), plus metadata of every value type
 (strings, string arrays, nested arrays) and tensors kgen must refuse (Q8_K,
@@ -172,11 +172,12 @@ def iq4_nl_edge_blocks(k):
     return b
 
 
-# Byte offsets of each K-quant's f16 super-block scales (d, and dmin where
-# the type has one), and the largest |d| (an f16) whose sub-block scales
-# d * sc stay within f16 (6-bit unsigned scales: 63; Q6_K's i8: 128; Q3_K's:
-# 32; Q2_K's 4-bit: 15).
+# Byte offsets of each K-quant's (and IQ4_XS's) f16 super-block scales (d,
+# and dmin where the type has one), and the largest |d| (an f16) whose
+# sub-block scales d * sc stay within f16 (6-bit unsigned scales: 63; Q6_K's
+# i8: 128; Q3_K's and IQ4_XS's 6-bit minus 32: 32; Q2_K's 4-bit: 15).
 KQUANT_SCALES = {
+    T.IQ4_XS: ([0], 2047.0),
     T.Q2_K: ([80, 82], 4364.0),
     T.Q3_K: ([108], 2047.0),
     T.Q4_K: ([0, 2], 1039.0),

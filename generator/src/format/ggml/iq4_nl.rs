@@ -75,45 +75,13 @@ pub(crate) fn nearest(v: f32) -> u8 {
 /// matrix).
 const IQ4_NL_TRIES: i32 = 7;
 
-/// One IQ4_NL block: the scale minimizing the squared error weighted by
-/// `v^2`, searched as ggml's `quantize_iq4_nl` does without an importance
-/// matrix: a least-squares fit after mapping the largest magnitude onto
-/// `+127`, then after mapping it onto each of `-127 - 7 ..= -127 + 7`;
-/// indices are the nearest codebook values for the chosen scale (f32), which
-/// is stored as f16.
+/// One IQ4_NL block: the scale of [`fit_scale`], stored as f16, and the
+/// nearest codebook values for that scale (f32) as indices.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    // First value of largest magnitude (NaN never wins, as in ggml).
-    let (mut amax, mut max) = (0f32, 0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
     let mut idx = [8u8; QK]; // value 1 * d = 0 for an all-zero block
     let mut d = 0f32;
-    if amax >= 1e-15 {
-        // Weighted least squares for the indices `id` picks: (d, d * sum q x w).
-        let fit = |id: f32| -> (f32, f32, f32) {
-            let (mut sqx, mut sq2) = (0f32, 0f32);
-            for &v in x {
-                let q = VALUES[nearest(id * v) as usize] as f32;
-                let w = v * v;
-                sqx += w * q * v;
-                sq2 += w * q * q;
-            }
-            (sqx, sq2, if sq2 > 0.0 { sqx / sq2 } else { 0.0 })
-        };
-        let (sqx, _, d0) = fit(127.0 / max);
-        d = d0;
-        let mut best = d * sqx;
-        for t in -IQ4_NL_TRIES..=IQ4_NL_TRIES {
-            let (sqx, sq2, dt) = fit((t as f32 - 127.0) / max);
-            if sq2 > 0.0 && sqx * sqx > best * sq2 {
-                d = dt;
-                best = d * sqx;
-            }
-        }
+    if let Some(fit) = fit_scale(x) {
+        d = fit;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         for (l, &v) in idx.iter_mut().zip(x) {
             *l = nearest(id * v);
@@ -123,4 +91,45 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
     for b in 0..QK / 2 {
         out.push(idx[b] | (idx[b + QK / 2] << 4));
     }
+}
+
+/// The scale of 32 values on the codebook minimizing the squared error
+/// weighted by `v^2`, searched as ggml's `quantize_iq4_nl` does without an
+/// importance matrix (IQ4_NL's blocks, IQ4_XS's sub-blocks): a
+/// least-squares fit after mapping the largest magnitude onto `+127`, then
+/// after mapping it onto each of `-127 - 7 ..= -127 + 7`. `None` when every
+/// magnitude is below 1e-15 (NaN counts as none).
+pub(crate) fn fit_scale(x: &[f32]) -> Option<f32> {
+    // First value of largest magnitude (NaN never wins, as in ggml).
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < 1e-15 {
+        return None;
+    }
+    // Weighted least squares for the indices `id` picks: (d, d * sum q x w).
+    let fit = |id: f32| -> (f32, f32, f32) {
+        let (mut sqx, mut sq2) = (0f32, 0f32);
+        for &v in x {
+            let q = VALUES[nearest(id * v) as usize] as f32;
+            let w = v * v;
+            sqx += w * q * v;
+            sq2 += w * q * q;
+        }
+        (sqx, sq2, if sq2 > 0.0 { sqx / sq2 } else { 0.0 })
+    };
+    let (sqx, _, mut d) = fit(127.0 / max);
+    let mut best = d * sqx;
+    for t in -IQ4_NL_TRIES..=IQ4_NL_TRIES {
+        let (sqx, sq2, dt) = fit((t as f32 - 127.0) / max);
+        if sq2 > 0.0 && sqx * sqx > best * sq2 {
+            d = dt;
+            best = d * sqx;
+        }
+    }
+    Some(d)
 }

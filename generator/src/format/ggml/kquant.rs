@@ -307,6 +307,22 @@ pub(crate) fn rms_error(fmt: &crate::format::row::Format, seed: u64) -> f64 {
     (se / sx).sqrt()
 }
 
+/// `fmt`'s quantizer on one super-block of standard normal values times
+/// each of `scales` (from near f32's top to its subnormals): one block each,
+/// no panic, and the same bytes twice.
+#[cfg(test)]
+pub(crate) fn check_extreme_scales(fmt: &crate::format::row::Format, scales: &[f32]) {
+    let x = gaussian(&mut crate::format::rng::Rng::new(2), fmt.block);
+    for &scale in scales {
+        let x: Vec<f32> = x.iter().map(|v| v * scale).collect();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        (fmt.quantize)(&x, &mut a);
+        (fmt.quantize)(&x, &mut b);
+        assert_eq!(a.len(), fmt.block_bytes, "{} times {scale}", fmt.name);
+        assert_eq!(a, b, "{} times {scale}: not deterministic", fmt.name);
+    }
+}
+
 /// For a format whose integer sub-scales read out as i8 per 16 values
 /// under the f16 `d` at `d_at` (Q6_K, Q3_K): on 200 random super-blocks,
 /// the scales taken exactly, times each stored level's value, give

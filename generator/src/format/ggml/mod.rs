@@ -5,6 +5,7 @@
 pub mod float;
 pub mod gguf_image;
 pub mod iq4_nl;
+pub mod iq4_xs;
 pub mod kquant;
 pub mod matrix;
 pub mod numpy;

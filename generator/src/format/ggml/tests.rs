@@ -71,6 +71,10 @@ fn round_trips_within_half_a_step() {
                         // range; the fitted scale may leave the largest
                         // values up to ~21 d beyond an end.
                         "iq4_nl" => d * 22.0,
+                        // Half the widest codebook gap (24) where amax
+                        // maps near 113: 0.106 amax, plus the 6-bit
+                        // rounding of the fitted scales (0.113 measured).
+                        "iq4_xs" => amax * 0.15,
                         // Half a step from the f32 d and min, plus their
                         // f16 rounding (over 15 / 31 steps for d).
                         "q4_1" => d * (0.5 + 15.0 / 2048.0) + min() / 2048.0,
