@@ -51,10 +51,11 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 }
 
 /// Index of the codebook value nearest to `v` (ties to the larger value, as
-/// ggml's `best_index_int8`); NaN gives 0.
+/// ggml's `best_index_int8`); NaN gives 15, as there (every comparison with
+/// it is false, which leaves the top index).
 pub(crate) fn nearest(v: f32) -> u8 {
     let vals = &VALUES;
-    if v.is_nan() || v <= vals[0] as f32 {
+    if v <= vals[0] as f32 {
         return 0;
     }
     // First value >= v; v lies between it and its predecessor.
@@ -122,7 +123,9 @@ pub(crate) fn fit_scale(x: &[f32]) -> Option<f32> {
         }
         (sqx, sq2, if sq2 > 0.0 { sqx / sq2 } else { 0.0 })
     };
-    let (sqx, _, mut d) = fit(127.0 / max);
+    // ggml's first trial divides twice (`d = max / 127`, then `1 / d`);
+    // `127 / max` rounds once and picks other indices now and then.
+    let (sqx, _, mut d) = fit(1.0 / (max / 127.0));
     let mut best = d * sqx;
     for t in -IQ4_NL_TRIES..=IQ4_NL_TRIES {
         let (sqx, sq2, dt) = fit((t as f32 - 127.0) / max);
