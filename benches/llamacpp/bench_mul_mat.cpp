@@ -1,11 +1,13 @@
 // Peer benchmark: llama.cpp's CPU matmul (ggml_mul_mat, quantized weights x
 // f32 activations) through the ggml CPU backend, for the weight types kgen's
-// int8 family runs (--type q4_0,q8_0,q5_0,iq4_nl; the weights are made by
+// int8 family runs (--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q2_k..q6_k,
+// tq1_0,tq2_0; the weights are made by
 // ggml_quantize_chunk), in two modes:
 //
 //   plain   the weight lives in an ordinary CPU buffer; ggml quantizes the
-//           activations to the type's vec_dot type (Q8_0 for all four) and
-//           calls ggml_vec_dot_<type>_q8_0 (or, in a GGML_LLAMAFILE=ON build,
+//           activations to the type's vec_dot type (Q8_0, Q8_1 for Q4_1 / Q5_1,
+//           Q8_K for IQ4_XS, the K-quants and TQ) and calls
+//           ggml_vec_dot_<type>_<vec_dot type> (or, in a GGML_LLAMAFILE=ON build,
 //           llamafile's tinyBLAS; the line then says mode=llamafile).
 //   repack  the weight lives in the CPU backend's extra buffer type
 //           "CPU_REPACK" (ggml_backend_dev_get_extra_bufts). Where ggml has an
@@ -25,7 +27,7 @@
 //
 //   LLAMACPP mode=repack format=q4_0 op=gemv shape=4096x4096 m=1 threads=1 gflops=... gbs=... [details]
 //
-// Options: --type q4_0,q8_0,q5_0,iq4_nl (default q4_0)  --modes plain,repack
+// Options: --type q4_0,q8_0,q5_0,iq4_nl,... (default q4_0; see usage())  --modes plain,repack
 //          --shapes 4096x4096,4096x11008,11008x4096
 //          --m 1,8,32,128  --threads 1,2  --min-time 0.5 (s per case)
 //          --min-reps 10  --max-reps 2000  --warmup 3  --poll 50  --no-check

@@ -57,7 +57,7 @@ fn quantize_matches_gguf_py_bytes() {
     for e in manifest() {
         let theirs = std::fs::read(e.data("q")).unwrap();
         if e.raw {
-            // Raw blocks (gguf-py cannot quantize IQ4_NL or the K-quants;
+            // Raw blocks (gguf-py cannot quantize IQ4_NL, IQ4_XS or the K-quants;
             // gguf_kgen_bytes.rs checks kgen's): the file holds them.
             assert_eq!(files[&e.file].tensor_bytes(&e.name).unwrap(), &theirs[..]);
             continue;

@@ -145,8 +145,8 @@ impl FifthBits {
 pub enum NibbleStore {
     /// GGUF Q4_0's order: the 16 bytes from `at + 16 s` hold value `i` of
     /// sub-block `s` in the low nibble of byte `i` and value `i + 16` in
-    /// its high one (Q4_0 and IQ4_NL at 2, Q4_1 at 4, Q5_0 at 6, Q5_1 at
-    /// 8).
+    /// its high one (Q4_0 and IQ4_NL at 2, Q4_1 at 4, Q5_0 at 6, Q5_1 and
+    /// IQ4_XS at 8).
     Q4_0Order { at: usize },
     /// Nibble planes: the 32 bytes from `at + 32 j` hold sub-block `2 j`
     /// in their low nibbles and `2 j + 1` in their high ones, value `i` in

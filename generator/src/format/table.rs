@@ -209,8 +209,8 @@ mod tests {
             }
             rows += 1;
         }
-        // Q4_0, Q4_1, IQ4_NL and Q4_K; Q5_0, Q5_1 and Q5_K.
-        assert!(rows >= 7, "{rows} rows state their nibbles");
+        // Q4_0, Q4_1, IQ4_NL, IQ4_XS and Q4_K; Q5_0, Q5_1 and Q5_K.
+        assert!(rows >= 8, "{rows} rows state their nibbles");
     }
 
     /// What the int8 repack reads of a block (`block_levels`, `sub_scale`)
@@ -333,6 +333,16 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// Every quantizer on blocks whose largest magnitude runs from near
+    /// f32's top to its subnormals, spread and constant: one block each,
+    /// no panic, deterministic.
+    #[test]
+    fn quantizers_take_extreme_finite_values() {
+        for f in FORMATS.iter().filter(|f| f.block > 1) {
+            crate::format::ggml::kquant::check_extreme_scales(f, &[3e38, 1e20, 1.0, 1e-30, 1e-44]);
         }
     }
 }

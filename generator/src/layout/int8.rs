@@ -78,7 +78,8 @@
 //! merge. Both scales of a Q6_K block (one per 16 values) follow the
 //! chunks' halves: the spill chunks are all in the second one.
 //!
-//! `codebook` layouts (GGUF IQ4_NL) repack exactly as Q4_0 with unsigned
+//! `codebook` layouts (GGUF IQ4_NL, and IQ4_XS, whose sub-block scales
+//! `d (ls - 32)` are rounded to f16) repack as Q4_0 with unsigned
 //! nibbles, but the nibbles are indices into the 16-entry int8 codebook
 //! [`IQ4_NL_VALUES`]: the kernel unpacks them (mask, shift + mask), looks
 //! them up with a byte table lookup (`tbl` / `pshufb`), and takes a signed x

@@ -288,7 +288,7 @@ pub(crate) fn gaussian(rng: &mut crate::format::rng::Rng, len: usize) -> Vec<f32
 
 /// kgen's quantizer on 4096 standard normal values (seed `seed`) through
 /// `fmt`'s codec: the relative RMS error of the round trip, which each
-/// K-quant's tests bound against llama.cpp's own.
+/// K-quant's (and IQ4_XS's) tests bound against llama.cpp's own.
 #[cfg(test)]
 pub(crate) fn rms_error(fmt: &crate::format::row::Format, seed: u64) -> f64 {
     let x = gaussian(&mut crate::format::rng::Rng::new(seed), 4096);
@@ -307,19 +307,28 @@ pub(crate) fn rms_error(fmt: &crate::format::row::Format, seed: u64) -> f64 {
     (se / sx).sqrt()
 }
 
-/// `fmt`'s quantizer on one super-block of standard normal values times
-/// each of `scales` (from near f32's top to its subnormals): one block each,
-/// no panic, and the same bytes twice.
+/// `fmt`'s quantizer on a block of standard normal values scaled so that
+/// its largest magnitude is each of `scales` (finite, from near f32's top
+/// to its subnormals), and on a constant block of each: one block each, no
+/// panic, and the same bytes twice.
 #[cfg(test)]
 pub(crate) fn check_extreme_scales(fmt: &crate::format::row::Format, scales: &[f32]) {
-    let x = gaussian(&mut crate::format::rng::Rng::new(2), fmt.block);
+    let g = gaussian(&mut crate::format::rng::Rng::new(2), fmt.block);
+    let amax = g.iter().fold(0f32, |a, v| a.max(v.abs()));
     for &scale in scales {
-        let x: Vec<f32> = x.iter().map(|v| v * scale).collect();
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        (fmt.quantize)(&x, &mut a);
-        (fmt.quantize)(&x, &mut b);
-        assert_eq!(a.len(), fmt.block_bytes, "{} times {scale}", fmt.name);
-        assert_eq!(a, b, "{} times {scale}: not deterministic", fmt.name);
+        let spread: Vec<f32> = g.iter().map(|v| v / amax * scale).collect();
+        for x in [spread, vec![scale; fmt.block]] {
+            assert!(
+                x.iter().all(|v| v.is_finite()),
+                "{} times {scale}",
+                fmt.name
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            (fmt.quantize)(&x, &mut a);
+            (fmt.quantize)(&x, &mut b);
+            assert_eq!(a.len(), fmt.block_bytes, "{} times {scale}", fmt.name);
+            assert_eq!(a, b, "{} times {scale}: not deterministic", fmt.name);
+        }
     }
 }
 

@@ -134,7 +134,8 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
     pub fn check_rows(&self, rows: std::ops::Range<usize>) -> Result<(), FormatError> {
         let fmt = self.dtype.format();
         // Sub-block scales computed from finite parts can still leave f16's
-        // range (`d * sc` of the K-quants); the int8 layout stores them as
+        // range (`d * sc` of the K-quants, IQ4_XS's `d * (ls - 32)`); the
+        // int8 layout stores them as
         // f16, so those are checked too.
         let derived = fmt
             .int8
@@ -269,7 +270,8 @@ impl GgmlMatrix {
     /// Encodes `w` (K x N row-major) as `dtype`, the way gguf-py's
     /// `gguf.quants.quantize` does (F16: round to nearest even); the formats
     /// gguf-py cannot quantize with kgen's own quantizers (IQ4_NL:
-    /// [`GgmlMatrix::quantize_iq4_nl`]; the K-quants: see their codec files).
+    /// [`GgmlMatrix::quantize_iq4_nl`]; IQ4_XS and the K-quants: see their
+    /// codec files).
     ///
     /// Panics if `w.len() != k * n` or `k` is not a whole number of blocks.
     pub fn quantize(w: &[f32], k: usize, n: usize, dtype: GgmlType) -> GgmlMatrix {

@@ -143,7 +143,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ggml::kquant::{check_extreme_scales, rms_error};
+    use crate::format::ggml::kquant::rms_error;
     use crate::format::ggml::GgmlType;
     use crate::format::rng::Rng;
     use half::f16;
@@ -252,6 +252,5 @@ mod tests {
         quantize(&x, &mut out);
         assert!(read_f16(&out[D..]).is_nan() && read_f16(&out[D + 2..]).is_nan());
         assert!(out[..D].iter().all(|&b| b == 0));
-        check_extreme_scales(&Q2_K, &[3e38, 1e-44]);
     }
 }

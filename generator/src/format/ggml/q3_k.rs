@@ -164,7 +164,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ggml::kquant::{check_extreme_scales, rms_error};
+    use crate::format::ggml::kquant::rms_error;
     use crate::format::ggml::GgmlType;
     use half::f16;
 
@@ -246,12 +246,11 @@ mod tests {
         assert_eq!(scales(&out), [32; 16]);
         dequantize(&out, &mut w[..QK_K]);
         assert!(w[..QK_K].iter().all(|v| v.to_bits() == 0));
-        // Non-finite: NaN d, everything else 0; huge and tiny never panic.
+        // Non-finite: NaN d, everything else 0.
         let mut x = [1f32; QK_K];
         x[7] = f32::NAN;
         let mut out = Vec::new();
         quantize(&x, &mut out);
         assert!(read_f16(&out[D..]).is_nan() && out[..D].iter().all(|&b| b == 0));
-        check_extreme_scales(&Q3_K, &[3e38, 1e-44]);
     }
 }

@@ -178,9 +178,7 @@ pub(crate) fn quantize_levels(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ggml::kquant::{
-        check_extreme_scales, check_scale_times_level_plus_min, gaussian, rms_error,
-    };
+    use crate::format::ggml::kquant::{check_scale_times_level_plus_min, gaussian, rms_error};
     use crate::format::ggml::GgmlType;
     use crate::format::rng::Rng;
 
@@ -266,7 +264,5 @@ mod tests {
             assert!(read_f16(&out).is_nan() && read_f16(&out[2..]).is_nan());
             assert!(out[4..].iter().all(|&b| b == 0));
         }
-        // Huge and tiny values never panic; deterministic.
-        check_extreme_scales(&Q4_K, &[3e38, 1e20, 1.0, 1e-30, 1e-44]);
     }
 }

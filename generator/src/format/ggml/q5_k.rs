@@ -88,7 +88,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
 mod tests {
     use super::*;
     use crate::format::ggml::kquant::{
-        check_extreme_scales, check_scale_times_level_plus_min, pack_scale_min_k4, rms_error,
+        check_scale_times_level_plus_min, pack_scale_min_k4, rms_error,
     };
     use crate::format::ggml::numpy::{read_f16, write_f16};
     use crate::format::ggml::GgmlType;
@@ -158,7 +158,5 @@ mod tests {
         quantize(&x, &mut out);
         assert_eq!(out.len(), 176);
         assert!(read_f16(&out).is_nan() && read_f16(&out[2..]).is_nan());
-        // Huge and tiny values never panic; deterministic.
-        check_extreme_scales(&Q5_K, &[3e38, 1e-44]);
     }
 }

@@ -157,9 +157,8 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ggml::kquant::{gaussian, rms_error};
+    use crate::format::ggml::kquant::rms_error;
     use crate::format::ggml::GgmlType;
-    use crate::format::rng::Rng;
     use half::f16;
 
     #[test]
@@ -237,22 +236,12 @@ mod tests {
         assert_eq!(levels(&out), [32; QK_K]);
         dequantize(&out, &mut w[..QK_K]);
         assert!(w[..QK_K].iter().all(|v| v.to_bits() == 0));
-        // Non-finite: NaN d, everything else 0; huge and tiny never panic.
+        // Non-finite: NaN d, everything else 0 (huge and tiny finite
+        // values: the format table's quantizers_take_extreme_finite_values).
         let mut x = [1f32; QK_K];
         x[7] = f32::NEG_INFINITY;
         let mut out = Vec::new();
         quantize(&x, &mut out);
         assert!(read_f16(&out[D..]).is_nan() && out[..D].iter().all(|&b| b == 0));
-        for scale in [3e38f32, 1e-44] {
-            let mut out = Vec::new();
-            quantize(
-                &gaussian(&mut Rng::new(2), QK_K)
-                    .iter()
-                    .map(|v| v * scale)
-                    .collect::<Vec<_>>(),
-                &mut out,
-            );
-            assert_eq!(out.len(), 210);
-        }
     }
 }
