@@ -20,6 +20,7 @@
 use crate::format::ggml::iq4_nl::{fit_scale, nearest, VALUES};
 use crate::format::ggml::kquant::{encode_non_finite, nearest_clamped, signed_max, QK_K};
 use crate::format::ggml::numpy::{read_f16, write_f16};
+use crate::format::ggml::q4_0::q4_0_order;
 use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const IQ4_XS: Format = Format {
@@ -73,13 +74,7 @@ fn sub_scale(block: &[u8], s: usize) -> (f32, f32) {
 
 /// The 32 codebook indices of sub-block `s`, in order along K.
 fn levels(block: &[u8], s: usize) -> [u8; QK] {
-    let qs = &block[QS + 16 * s..QS + 16 * (s + 1)];
-    let mut out = [0u8; QK];
-    for (i, &b) in qs.iter().enumerate() {
-        out[i] = b & 0x0F;
-        out[i + QK / 2] = b >> 4;
-    }
-    out
+    q4_0_order(&block[QS + 16 * s..])
 }
 
 /// One super-block, as gguf-py's `IQ4_XS.dequantize_blocks`:

@@ -34,10 +34,17 @@ pub const Q4_0: Format = Format {
 /// The 32 stored 4-bit levels of a block in Q4_0's nibble order (IQ4_NL
 /// stores its indices the same way).
 pub(crate) fn nibbles(block: &[u8], _sub: usize) -> [u8; QK] {
+    q4_0_order(&block[2..])
+}
+
+/// The 32 4-bit values of the 16 bytes that start `qs`, in Q4_0's order:
+/// byte `i` holds value `i` (low nibble) and value `i + 16` (high). Q4_0,
+/// IQ4_NL, Q4_1 and IQ4_XS's sub-blocks store their levels so.
+pub(crate) fn q4_0_order(qs: &[u8]) -> [u8; QK] {
     let mut out = [0u8; QK];
-    for i in 0..QK / 2 {
-        out[i] = block[2 + i] & 0x0F;
-        out[i + QK / 2] = block[2 + i] >> 4;
+    for (i, &b) in qs[..QK / 2].iter().enumerate() {
+        out[i] = b & 0x0F;
+        out[i + QK / 2] = b >> 4;
     }
     out
 }

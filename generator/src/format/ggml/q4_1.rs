@@ -7,6 +7,7 @@
 //! sums.
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
+use crate::format::ggml::q4_0::q4_0_order;
 use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, QK};
 
 pub const Q4_1: Format = Format {
@@ -37,12 +38,7 @@ pub const Q4_1: Format = Format {
 
 /// The 32 stored 4-bit levels of a block, in order along K.
 fn nibbles(block: &[u8], _sub: usize) -> [u8; QK] {
-    let mut out = [0u8; QK];
-    for i in 0..QK / 2 {
-        out[i] = block[4 + i] & 0x0F;
-        out[i + QK / 2] = block[4 + i] >> 4;
-    }
-    out
+    q4_0_order(&block[4..])
 }
 
 /// `d` and `m` as f32.
