@@ -21,8 +21,8 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The format as GGUF and llama.cpp spell it (`Q4_K`), as in the README's
-/// first command, names the same kernels as its tag; a name outside the
+/// The format as GGUF and llama.cpp spell it (`Q4_K`, as the README's CLI
+/// tour writes it) names the same kernels as its tag; a name outside the
 /// table is refused with the tags listed.
 #[test]
 fn format_names_in_any_case() {
