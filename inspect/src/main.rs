@@ -1,16 +1,18 @@
 //! `kgen inspect FILE.gguf`: what kgen makes of a model file on this CPU.
 //!
-//! The tensors grouped by ggml type with their shapes; for every 2-D
-//! quantized type the kernel it gets here and the time its tensors took to
-//! load and repack; the ones kgen has no kernel for, and why. `--check`
-//! runs each matrix's GEMV on a fixed activation against an f64 product with
-//! the dequantized weights and reports the largest relative error per type.
-//! The exit status is 1 if a 2-D quantized tensor is unsupported or outside
-//! the bound, 2 if the file cannot be read. `--json` prints one JSON object.
+//! The tensors grouped by ggml type with their shapes; for every quantized
+//! type the kernel it gets here and the time its tensors took to load and
+//! repack (a 3-D tensor, a mixture-of-experts stack, counts as one tensor
+//! and as one matrix per expert); the ones kgen has no kernel for, and why.
+//! `--check` runs each matrix's GEMV (every expert's) on a fixed activation
+//! against an f64 product with the dequantized weights and reports the
+//! largest relative error per type. The exit status is 1 if a quantized
+//! matrix or stack is unsupported or outside the bound, 2 if the file
+//! cannot be read. `--json` prints one JSON object.
 
 use clap::Parser;
 use kgen::format::rng::Rng;
-use kgen_runtime::{Matrix, Model, Pool};
+use kgen_runtime::{GgmlMatrix, Matrix, Model, Pool};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -47,6 +49,8 @@ struct Cli {
 struct TypeReport {
     type_name: String,
     tensors: usize,
+    /// Matrices loaded: one per 2-D tensor, one per expert of a 3-D one.
+    matrices: Option<usize>,
     bytes: usize,
     /// Distinct shapes `[dims...]` and how many tensors have each.
     shapes: Vec<(Vec<u64>, usize)>,
@@ -120,6 +124,7 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
     for s in &loaded.types {
         let r = types.get_mut(&s.type_name).expect("a listed type");
         r.status = "loaded".into();
+        r.matrices = Some(s.matrices);
         r.kernel = Some(s.kernel.clone());
         r.repack_s = Some(s.repack.as_secs_f64());
     }
@@ -135,11 +140,26 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
         r.status = "unsupported".into();
         r.reason = Some(why.to_string());
     }
-    for (name, m) in &loaded.matrices {
+    let stacks = loaded
+        .experts
+        .iter()
+        .flat_map(|(name, s)| s.iter().enumerate().map(move |(e, m)| (name, Some(e), m)));
+    let matrices = loaded.matrices.iter().map(|(name, m)| (name, None, m));
+    for (name, expert, m) in matrices.chain(stacks) {
         let r = types.get_mut(&type_of(name)).expect("a listed type");
         r.family = Some(m.family().to_string());
         if cli.check {
-            let err = rel_error(&model, name, m)?;
+            let file = model.file();
+            let w = match expert {
+                None => file.matrix(name),
+                Some(e) => file.expert(name, e),
+            }
+            .map_err(|e| kgen_runtime::Error::Load(e.to_string()))?;
+            match expert {
+                None => file.release(name),
+                Some(e) => file.release_expert(name, e),
+            }
+            let err = rel_error(&w, m)?;
             r.max_rel_error = Some(r.max_rel_error.map_or(err, |e: f64| e.max(err)));
         }
     }
@@ -156,13 +176,8 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
 }
 
 /// `max |y - y_ref| / max |y_ref|` for the GEMV of a fixed activation (the
-/// same for every tensor of a K), `y_ref` in f64 from the dequantized weights.
-fn rel_error(model: &Model, name: &str, m: &Matrix) -> Result<f64, kgen_runtime::Error> {
-    let w = model
-        .file()
-        .matrix(name)
-        .map_err(|e| kgen_runtime::Error::Load(e.to_string()))?;
-    model.file().release(name);
+/// same for every matrix of a K), `y_ref` in f64 from `w` dequantized.
+fn rel_error(w: &GgmlMatrix, m: &Matrix) -> Result<f64, kgen_runtime::Error> {
     let (k, n) = (w.k, w.n);
     let x = Rng::new(k as u64).vec_f32(k);
     let mut y = vec![0f32; n];
@@ -208,6 +223,9 @@ fn print_text(r: &Report) {
             t.status
         );
         println!("           shapes {}", shapes.join(", "));
+        if let Some(m) = t.matrices.filter(|&m| m != t.tensors) {
+            println!("           {m} matrices (a 3-D tensor holds one per expert)");
+        }
         if let (Some(k), Some(f), Some(s)) = (&t.kernel, &t.family, t.repack_s) {
             println!("           kernel {k} ({f} family), load and repack {s:.2} s");
         }

@@ -76,7 +76,7 @@ fn unsupported_types_and_bad_files_fail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kq.gguf");
     // IQ2_XXS (type 16), which kgen has no kernel for: 512 values, 132 bytes.
-    let bytes = gguf_image_raw(&[("kq", 16, [256, 2], &[0u8; 132])]);
+    let bytes = gguf_image_raw(&[("kq", 16, &[256, 2], &[0u8; 132])]);
     std::fs::write(&path, &bytes).unwrap();
     let (code, out, _) = inspect(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
@@ -108,4 +108,54 @@ fn kgen_inspect_runs_it() {
         .unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--check"));
+}
+
+/// A mixture-of-experts file: a 3-D stack of Q4_K experts beside a 2-D
+/// Q4_K matrix loads as one matrix per expert, `--check` runs every expert,
+/// and a stack of a type without kernels fails the file.
+#[test]
+fn expert_stacks_are_loaded_and_checked_per_expert() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moe.gguf");
+    let (k, n) = (256, 24);
+    let experts: Vec<GgmlMatrix> = (0..3)
+        .map(|e| quantized(k, n, GgmlType::Q4_K, 20 + e))
+        .collect();
+    let stack: Vec<u8> = experts.iter().flat_map(|m| m.data.clone()).collect();
+    let dense = quantized(k, 8, GgmlType::Q4_K, 9);
+    let id = GgmlType::Q4_K.id();
+    let image = gguf_image_raw(&[
+        ("blk.0.ffn_down_exps.weight", id, &[k, n, 3], &stack),
+        ("blk.0.attn_v.weight", id, &[k, 8], &dense.data),
+    ]);
+    std::fs::write(&path, &image).unwrap();
+    let p = path.to_str().unwrap();
+    let (code, out, err) = inspect(&[p, "--check"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("256x24x3 x1") && out.contains("4 matrices"),
+        "{out}"
+    );
+    assert!(out.contains("kernel q4_k_gemv_"), "{out}");
+    let (code, out, _) = inspect(&[p, "--check", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let q4k = &v["types"][0];
+    assert_eq!(
+        (q4k["tensors"].as_u64(), q4k["matrices"].as_u64()),
+        (Some(2), Some(4))
+    );
+    let e = q4k["max_rel_error"].as_f64().unwrap();
+    assert!(e > 0.0 && e < 2e-2, "{e}");
+
+    // IQ2_XXS experts (type 16, 256 values in 66 bytes): unsupported.
+    let bad = dir.path().join("iq2.gguf");
+    let image = gguf_image_raw(&[("blk.0.ffn_up_exps.weight", 16, &[256, 1, 2], &[0u8; 132])]);
+    std::fs::write(&bad, &image).unwrap();
+    let (code, out, _) = inspect(&[bad.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("IQ2_XXS") && out.contains("unsupported"),
+        "{out}"
+    );
 }

@@ -12,8 +12,12 @@
 //! value and down projections, every third value Q8_0 and every fourth down
 //! Q5_0, F32 norms; random level bytes, f16 scales 1/64), or with a third
 //! argument `q2_k` a Q2_K-like one (Q2_K attention and gate / up, Q3_K
-//! down and every other value projection, Q4_K the other values). Linux
-//! only for the memory figures (`/proc/self/status`).
+//! down and every other value projection, Q4_K the other values), or with
+//! `moe` a mixture-of-experts one shaped like Qwen3-30B-A3B's layers
+//! (hidden size 2048, 128 experts of FFN size 768 stored as 3-D tensors:
+//! Q4_K gate and up, Q6_K down; Q4_K attention with a Q6_K value
+//! projection, an F32 router). Linux only for the memory figures
+//! (`/proc/self/status`).
 
 use kgen::format::ggml::{gguf_header, GGUF_ALIGN};
 use kgen_runtime::{Model, Pool};
@@ -31,17 +35,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Ok(());
         }
         [flag, path, gib] if flag == "--write-mix" => {
-            write_mix(path, gib.parse()?, false)?;
+            write_mix(path, gib.parse()?, Mix::Q4KM)?;
             return Ok(());
         }
         [flag, path, gib, mix] if flag == "--write-mix" && mix == "q2_k" => {
-            write_mix(path, gib.parse()?, true)?;
+            write_mix(path, gib.parse()?, Mix::Q2K)?;
+            return Ok(());
+        }
+        [flag, path, gib, mix] if flag == "--write-mix" && mix == "moe" => {
+            write_mix(path, gib.parse()?, Mix::Moe)?;
             return Ok(());
         }
         [path] => path.clone(),
         _ => {
             return Err(
-                "usage: load_model [--write PATH GIB | --write-mix PATH GIB [q2_k] | PATH]".into(),
+                "usage: load_model [--write PATH GIB | --write-mix PATH GIB [q2_k|moe] | PATH]"
+                    .into(),
             )
         }
     };
@@ -55,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "{path}: {:.2} GiB, {} matrices loaded in {:.2} s, {:.2} GB/s ({} not supported)",
         size as f64 / (1u64 << 30) as f64,
-        all.matrices.len(),
+        all.types.iter().map(|t| t.matrices).sum::<usize>(),
         took.as_secs_f64(),
         size as f64 / took.as_secs_f64() / 1e9,
         all.unsupported.len()
@@ -98,7 +107,7 @@ fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
         .collect();
     let entries: Vec<_> = names
         .iter()
-        .map(|name| (name.as_str(), 2u32, [K, N], tensor_bytes))
+        .map(|name| (name.as_str(), 2u32, &[K, N][..], tensor_bytes))
         .collect();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     out.write_all(&gguf_header(&entries))?;
@@ -122,16 +131,39 @@ fn write_q4_0(path: &str, gib: f64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A GGUF v3 file of Q4_K_M-like (or, `q2_k`, Q2_K-like) layers, about
-/// `gib` GiB (see the module documentation); each tensor is written as it
-/// is made.
-fn write_mix(path: &str, gib: f64, q2_k: bool) -> std::io::Result<()> {
+/// The layer mixes `--write-mix` writes.
+#[derive(Clone, Copy, PartialEq)]
+enum Mix {
+    Q4KM,
+    Q2K,
+    Moe,
+}
+
+/// A GGUF v3 file of Q4_K_M-like (or Q2_K-like, or mixture-of-experts)
+/// layers, about `gib` GiB (see the module documentation); each tensor is
+/// written as it is made.
+fn write_mix(path: &str, gib: f64, mix: Mix) -> std::io::Result<()> {
     use kgen::format::ggml::GgmlType;
-    let layer = |i: usize| -> Vec<(String, GgmlType, [usize; 2])> {
-        let t = |name: &str, ty: GgmlType, k: usize, n: usize| {
-            (format!("blk.{i}.{name}.weight"), ty, [k, n])
+    let layer = |i: usize| -> Vec<(String, GgmlType, Vec<usize>)> {
+        let t = |name: &str, ty: GgmlType, dims: &[usize]| {
+            (format!("blk.{i}.{name}.weight"), ty, dims.to_vec())
         };
-        let (main, v, down) = if q2_k {
+        if mix == Mix::Moe {
+            let (h, f, e) = (2048, 768, 128);
+            return vec![
+                t("attn_norm", GgmlType::F32, &[h, 1]),
+                t("attn_q", GgmlType::Q4_K, &[h, 4096]),
+                t("attn_k", GgmlType::Q4_K, &[h, 512]),
+                t("attn_v", GgmlType::Q6_K, &[h, 512]),
+                t("attn_output", GgmlType::Q4_K, &[4096, h]),
+                t("ffn_norm", GgmlType::F32, &[h, 1]),
+                t("ffn_gate_inp", GgmlType::F32, &[h, e]),
+                t("ffn_gate_exps", GgmlType::Q4_K, &[h, f, e]),
+                t("ffn_up_exps", GgmlType::Q4_K, &[h, f, e]),
+                t("ffn_down_exps", GgmlType::Q6_K, &[f, h, e]),
+            ];
+        }
+        let (main, v, down) = if mix == Mix::Q2K {
             let v = if i.is_multiple_of(2) {
                 GgmlType::Q3_K
             } else {
@@ -152,18 +184,20 @@ fn write_mix(path: &str, gib: f64, q2_k: bool) -> std::io::Result<()> {
             (GgmlType::Q4_K, v, down)
         };
         vec![
-            t("attn_norm", GgmlType::F32, K, 1),
-            t("attn_q", main, K, K),
-            t("attn_k", main, K, K),
-            t("attn_v", v, K, K),
-            t("attn_output", main, K, K),
-            t("ffn_norm", GgmlType::F32, K, 1),
-            t("ffn_gate", main, K, N),
-            t("ffn_up", main, K, N),
-            t("ffn_down", down, N, K),
+            t("attn_norm", GgmlType::F32, &[K, 1]),
+            t("attn_q", main, &[K, K]),
+            t("attn_k", main, &[K, K]),
+            t("attn_v", v, &[K, K]),
+            t("attn_output", main, &[K, K]),
+            t("ffn_norm", GgmlType::F32, &[K, 1]),
+            t("ffn_gate", main, &[K, N]),
+            t("ffn_up", main, &[K, N]),
+            t("ffn_down", down, &[N, K]),
         ]
     };
-    let bytes = |(_, ty, [k, n]): &(String, GgmlType, [usize; 2])| ty.row_bytes(*k).unwrap() * n;
+    let bytes = |(_, ty, dims): &(String, GgmlType, Vec<usize>)| {
+        ty.row_bytes(dims[0]).unwrap() * dims[1..].iter().product::<usize>()
+    };
     let mut tensors = Vec::new();
     let mut total = 0usize;
     let mut i = 0;
@@ -176,7 +210,7 @@ fn write_mix(path: &str, gib: f64, q2_k: bool) -> std::io::Result<()> {
     }
     let entries: Vec<_> = tensors
         .iter()
-        .map(|t| (t.0.as_str(), t.1.id(), t.2, bytes(t)))
+        .map(|t| (t.0.as_str(), t.1.id(), &t.2[..], bytes(t)))
         .collect();
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     out.write_all(&gguf_header(&entries))?;

@@ -11,8 +11,11 @@
 //! The reader checks every length against the bytes that are there before it
 //! allocates, so a corrupt file is an error, never a panic or a huge
 //! allocation. Tensors of any known ggml type have their extent checked at
-//! [`GgufFile::open`]; [`GgufFile::matrix`] converts 2-D F32 / F16 / Q4_0 /
-//! Q8_0 / IQ4_NL tensors to a [`GgmlMatrix`].
+//! [`GgufFile::open`]; [`GgufFile::matrix`] converts a 2-D tensor of any
+//! type of kgen's format table to a [`GgmlMatrix`], and
+//! [`GgufFile::expert`] one expert of a 3-D tensor (`dims = [k, n,
+//! experts]`, a mixture-of-experts model's stack of FFN matrices, stored
+//! one expert after the other).
 
 use crate::mapped::Bytes;
 use kgen::format::ggml;
@@ -158,6 +161,15 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// For a 3-D tensor (`dims = [k, n, experts]`: a mixture-of-experts
+    /// model's stack of FFN matrices), the number of experts.
+    pub fn experts(&self) -> Option<u64> {
+        match self.dims[..] {
+            [_, _, e] => Some(e),
+            _ => None,
+        }
+    }
+
     /// The ggml type name, or `type id N` for unknown ids.
     pub fn type_name(&self) -> String {
         match ggml::type_name(self.type_id) {
@@ -630,7 +642,8 @@ impl GgufFile {
     /// repack check them as it reads them.
     pub fn matrix_view(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
         let m = self.matrix_view_shape(name)?;
-        m.check_rows(0..m.n).map_err(|e| self.invalid(name, &e))?;
+        m.check_rows(0..m.n)
+            .map_err(|e| self.invalid(name, None, &e))?;
         Ok(m)
     }
 
@@ -639,12 +652,87 @@ impl GgufFile {
     /// the blocks as it reads them; [`GgufFile::invalid`] words what it
     /// finds as `matrix_view` would.
     pub(crate) fn matrix_view_shape(&self, name: &str) -> Result<GgmlView<'_>, GgufError> {
+        self.view_shape(name, None)
+    }
+
+    /// Expert `expert` of the 3-D tensor `name` (`dims = [k, n, experts]`,
+    /// as mixture-of-experts models store their FFN weights: the experts'
+    /// matrices one after the other) as a matrix, its bytes copied out of
+    /// the file.
+    pub fn expert(&self, name: &str, expert: usize) -> Result<GgmlMatrix, GgufError> {
+        self.expert_view(name, expert).map(|m| m.to_owned())
+    }
+
+    /// As [`GgufFile::expert`], its bytes borrowed from the mapping and
+    /// every block checked.
+    pub fn expert_view(&self, name: &str, expert: usize) -> Result<GgmlView<'_>, GgufError> {
+        let m = self.expert_view_shape(name, expert)?;
+        m.check_rows(0..m.n)
+            .map_err(|e| self.invalid(name, Some(expert), &e))?;
+        Ok(m)
+    }
+
+    /// As [`GgufFile::expert_view`], only the shape validated (see
+    /// [`GgufFile::matrix_view_shape`]).
+    pub(crate) fn expert_view_shape(
+        &self,
+        name: &str,
+        expert: usize,
+    ) -> Result<GgmlView<'_>, GgufError> {
+        self.view_shape(name, Some(expert))
+    }
+
+    /// Tells the kernel the pages of expert `expert` of `name` are not needed
+    /// any more, as [`GgufFile::release`] does for a whole tensor.
+    pub fn release_expert(&self, name: &str, expert: usize) {
+        if let Ok((s, e)) = self.expert_range(name, expert) {
+            self.bytes.release(s, e);
+        }
+    }
+
+    /// The byte range of expert `expert` of the 3-D tensor `name`.
+    fn expert_range(&self, name: &str, expert: usize) -> Result<(usize, usize), GgufError> {
         let t = self.find(name)?;
-        if t.dims.len() != 2 {
+        let experts = t.experts().ok_or_else(|| {
+            self.err(
+                name,
+                &format!(
+                    "has {} dimensions {:?}, a stack of experts needs 3",
+                    t.dims.len(),
+                    t.dims
+                ),
+            )
+        })?;
+        if expert as u64 >= experts {
+            return Err(self.err(name, &format!("has {experts} experts, not {}", expert + 1)));
+        }
+        let (s, e) = t.range.ok_or_else(|| {
+            self.err(
+                name,
+                &format!("has {}, whose size is unknown", t.type_name()),
+            )
+        })?;
+        // The experts' matrices are the same size and follow each other;
+        // `expert < experts` so `experts` is non-zero and fits in usize.
+        let each = (e - s) / experts as usize;
+        Ok((s + expert * each, s + (expert + 1) * each))
+    }
+
+    /// A matrix (`expert` None: a 2-D tensor) or one expert of a 3-D
+    /// tensor, shape validated.
+    fn view_shape(&self, name: &str, expert: Option<usize>) -> Result<GgmlView<'_>, GgufError> {
+        let t = self.find(name)?;
+        if expert.is_none() && t.dims.len() != 2 {
+            let hint = match t.experts() {
+                Some(e) => format!(
+                    " (a stack of {e} experts: load them one at a time, `expert`, or all, `Model::experts`)"
+                ),
+                None => String::new(),
+            };
             return Err(self.err(
                 name,
                 &format!(
-                    "has {} dimensions {:?}, a matrix needs 2",
+                    "has {} dimensions {:?}, a matrix needs 2{hint}",
                     t.dims.len(),
                     t.dims
                 ),
@@ -664,19 +752,30 @@ impl GgufFile {
                 ),
             )
         })?;
+        let data = match expert {
+            Some(e) => {
+                let (s, e) = self.expert_range(name, e)?;
+                &self.bytes[s..e]
+            }
+            None => self.tensor_bytes(name)?,
+        };
         // Both dims were checked to fit in i64 and their product in the file.
         let to_usize = |d: u64| {
             usize::try_from(d).map_err(|_| self.err(name, &format!("dimension {d} is too large")))
         };
         let (k, n) = (to_usize(t.dims[0])?, to_usize(t.dims[1])?);
-        let data = self.tensor_bytes(name)?;
         let m = GgmlMatrix { k, n, dtype, data };
-        m.validate_shape().map_err(|e| self.invalid(name, &e))?;
+        m.validate_shape()
+            .map_err(|e| self.invalid(name, expert, &e))?;
         Ok(m)
     }
 
-    /// Tensor `name`'s blocks or shape are not a valid matrix.
-    pub(crate) fn invalid(&self, name: &str, e: &FormatError) -> GgufError {
-        self.err(name, &format!("is not a valid matrix: {e}"))
+    /// Tensor `name`'s (or its expert `expert`'s) blocks or shape are not
+    /// a valid matrix.
+    pub(crate) fn invalid(&self, name: &str, expert: Option<usize>, e: &FormatError) -> GgufError {
+        match expert {
+            None => self.err(name, &format!("is not a valid matrix: {e}")),
+            Some(x) => self.err(name, &format!("expert {x} is not a valid matrix: {e}")),
+        }
     }
 }

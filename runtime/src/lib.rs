@@ -5,6 +5,9 @@
 //!   best kernel this CPU supports, of whichever kernel [`Family`] runs its
 //!   format, and computes `y = x W` with [`Matrix::gemv`] / [`Matrix::gemm`]
 //!   across a persistent thread [`Pool`].
+//! - [`Model`] opens a GGUF file mapped and loads its tensors: one
+//!   [`Matrix`] per 2-D tensor, one [`Experts`] stack per 3-D
+//!   mixture-of-experts tensor.
 //! - [`Registry`] is the dispatch table: every generated kernel
 //!   ([`KernelEntry`]) of both families, best ISA first, filtered once by
 //!   run-time feature detection. `KGEN_FORCE_ISA` forces one ISA (for tests
@@ -17,6 +20,7 @@
 mod act;
 mod dispatch;
 mod error;
+mod experts;
 mod family;
 mod format;
 pub mod gguf;
@@ -30,6 +34,7 @@ pub mod pool;
 
 pub use dispatch::{Registry, FORCE_ISA_ENV};
 pub use error::Error;
+pub use experts::Experts;
 pub use format::{Family, WeightFormat};
 pub use gptq_file::{load_gptq, GptqLayer, GptqOptions, LoadError, ZeroConvention};
 pub use kernel::{F32Params, F32RunFn, FamilyParams, Int8Params, Int8RunFn, KernelEntry, Op};

@@ -97,9 +97,31 @@ impl Matrix {
         file: &GgufFile,
         tensor: &str,
     ) -> Result<Matrix, Error> {
-        let m = file
-            .matrix_view_shape(tensor)
-            .map_err(|e| Error::Load(e.to_string()))?;
+        Self::from_gguf_stack(registry, file, tensor, None)
+    }
+
+    /// Expert `expert` of a 3-D tensor of an open GGUF file (see
+    /// [`crate::Model::experts`]): only that expert's bytes are read.
+    pub(crate) fn from_gguf_expert(
+        registry: &Registry,
+        file: &GgufFile,
+        tensor: &str,
+        expert: usize,
+    ) -> Result<Matrix, Error> {
+        Self::from_gguf_stack(registry, file, tensor, Some(expert))
+    }
+
+    fn from_gguf_stack(
+        registry: &Registry,
+        file: &GgufFile,
+        tensor: &str,
+        expert: Option<usize>,
+    ) -> Result<Matrix, Error> {
+        let m = match expert {
+            None => file.matrix_view_shape(tensor),
+            Some(e) => file.expert_view_shape(tensor, e),
+        }
+        .map_err(|e| Error::Load(e.to_string()))?;
         let format = ggml_format(&m).map_err(|e| {
             Error::Unsupported(format!(
                 "{}: tensor {tensor:?}: {}",
@@ -110,7 +132,9 @@ impl Matrix {
         // The repack checks the blocks as it reads them: a bad one is the
         // file's error, worded as `GgufFile::matrix_view` words it.
         Self::ggml(registry, &m, format, m.k).map_err(|e| match e {
-            Error::Format(msg) => Error::Load(file.invalid(tensor, &FormatError(msg)).to_string()),
+            Error::Format(msg) => {
+                Error::Load(file.invalid(tensor, expert, &FormatError(msg)).to_string())
+            }
             e => e,
         })
     }

@@ -14,12 +14,14 @@
 //!     println!("{} {} {:?}", t.name, t.type_name(), t.dims);
 //! }
 //! let wq = model.matrix("blk.0.attn_q.weight")?; // one tensor
-//! let all = model.load_all(&Pool::new(2))?; // every 2-D quantized tensor
+//! let up = model.experts("blk.0.ffn_up_exps.weight")?; // a 3-D stack of experts
+//! let all = model.load_all(&Pool::new(2))?; // every quantized tensor
 //! # Ok::<(), kgen_runtime::Error>(())
 //! ```
 
 use crate::dispatch::Registry;
 use crate::error::Error;
+use crate::experts::Experts;
 use crate::format::WeightFormat;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::matrix::Matrix;
@@ -38,11 +40,13 @@ pub struct Model {
     registry: &'static Registry,
 }
 
-/// What [`Model::load_all`] made: the matrices by tensor name, the 2-D
-/// quantized tensors that have no kernel (with why), and a summary per type.
+/// What [`Model::load_all`] made: the matrices by tensor name, the stacks
+/// of experts (3-D tensors) by tensor name, the quantized tensors that have
+/// no kernel (with why), and a summary per type.
 #[derive(Debug)]
 pub struct LoadedModel {
     pub matrices: BTreeMap<String, Matrix>,
+    pub experts: BTreeMap<String, Experts>,
     pub unsupported: Vec<(String, Error)>,
     pub types: Vec<TypeSummary>,
 }
@@ -51,7 +55,10 @@ pub struct LoadedModel {
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypeSummary {
     pub type_name: String,
+    /// Tensors: a stack of experts counts once.
     pub count: usize,
+    /// Matrices: a stack of experts counts once per expert.
+    pub matrices: usize,
     /// Bytes of their data in the file.
     pub bytes: usize,
     /// The GEMV kernel they got (the first one's, if they differ).
@@ -64,9 +71,14 @@ impl std::fmt::Display for TypeSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}: {} tensor(s), {:.1} MiB, kernel {}, repack {:.2} s",
+            "{}: {} tensor(s){}, {:.1} MiB, kernel {}, repack {:.2} s",
             self.type_name,
             self.count,
+            if self.matrices == self.count {
+                String::new()
+            } else {
+                format!(" ({} matrices)", self.matrices)
+            },
             self.bytes as f64 / (1 << 20) as f64,
             self.kernel,
             self.repack.as_secs_f64()
@@ -105,30 +117,81 @@ impl Model {
         m
     }
 
-    /// The tensors [`Model::load_all`] loads: 2-D, of a quantized ggml type
-    /// (F32, F16 and BF16 tensors, norms among them, stay in the file for
-    /// the caller).
+    /// Loads expert `expert` of a 3-D tensor (`dims = [k, n, experts]`) as
+    /// a [`Matrix`], reading only that expert's bytes.
+    pub fn expert(&self, name: &str, expert: usize) -> Result<Matrix, Error> {
+        let m = Matrix::from_gguf_expert(self.registry, &self.file, name, expert);
+        self.file.release_expert(name, expert);
+        m
+    }
+
+    /// Loads every expert of a 3-D tensor, each repacked on its own and its
+    /// pages released after it (see [`Experts`]); a 2-D tensor is an error.
+    pub fn experts(&self, name: &str) -> Result<Experts, Error> {
+        let t = self.file.tensor_info(name).ok_or_else(|| {
+            Error::Load(format!(
+                "{}: tensor {name:?} is not in the file",
+                self.path()
+            ))
+        })?;
+        let Some(count) = t.experts() else {
+            return Err(Error::Load(format!(
+                "{}: tensor {name:?} has {} dimensions {:?}, a stack of experts needs 3",
+                self.path(),
+                t.dims.len(),
+                t.dims
+            )));
+        };
+        let matrices = (0..jobs(t, count))
+            .map(|e| self.expert(name, e))
+            .collect::<Result<Vec<_>, _>>();
+        // Each expert released the whole pages inside its own bytes; this
+        // drops the pages two experts share.
+        self.file.release(name);
+        Experts::new(matrices?)
+    }
+
+    fn path(&self) -> String {
+        self.file.path().display().to_string()
+    }
+
+    /// The tensors [`Model::load_all`] loads: 2-D or 3-D (a stack of
+    /// experts), of a quantized ggml type (F32, F16 and BF16 tensors, norms
+    /// among them, stay in the file for the caller).
     pub fn quantized_matrices(&self) -> impl Iterator<Item = &TensorInfo> {
         // Float types are the ones with one value per block; an unknown
         // type counts as quantized, so it is reported, not skipped.
         self.tensors().iter().filter(|t| {
             let float = ggml::type_size(t.type_id).is_some_and(|(values, _)| values == 1);
-            t.dims.len() == 2 && !float
+            matches!(t.dims.len(), 2 | 3) && !float
         })
     }
 
-    /// Loads every 2-D quantized tensor on `pool`'s threads, largest first,
-    /// one tensor per thread at a time (each repack then runs on its own
-    /// thread, [`crate::pool::side_threads`]), with a progress bar on a
-    /// terminal. A tensor whose type has no kernel
-    /// is listed in [`LoadedModel::unsupported`]; any other failure (a
-    /// corrupt tensor) is the error. With `KGEN_LOG` set, or on a terminal,
-    /// one line per tensor type goes to stderr.
+    /// Loads every 2-D quantized tensor, and every expert of every 3-D one,
+    /// on `pool`'s threads, largest first, one matrix per thread at a time
+    /// (each repack then runs on its own thread,
+    /// [`crate::pool::side_threads`]), with a progress bar on a terminal. A
+    /// tensor whose type has no kernel is listed in
+    /// [`LoadedModel::unsupported`]; any other failure (a corrupt tensor) is
+    /// the error. With `KGEN_LOG` set, or on a terminal, one line per tensor
+    /// type goes to stderr.
     pub fn load_all(&self, pool: &Pool) -> Result<LoadedModel, Error> {
-        let mut todo: Vec<&TensorInfo> = self.quantized_matrices().collect();
+        let tensors: Vec<&TensorInfo> = self.quantized_matrices().collect();
         let size = |t: &TensorInfo| t.range.map_or(0, |(s, e)| e - s);
-        todo.sort_by_key(|t| std::cmp::Reverse(size(t)));
-        let total: usize = todo.iter().map(|t| size(t)).sum();
+        // One job per matrix: (tensor, expert), with its bytes.
+        let mut todo: Vec<(usize, Option<usize>, usize)> = Vec::new();
+        for (i, t) in tensors.iter().enumerate() {
+            match t.experts() {
+                None => todo.push((i, None, size(t))),
+                Some(n) => {
+                    let n = jobs(t, n);
+                    let each = size(t) / n.max(1);
+                    todo.extend((0..n).map(|e| (i, Some(e), each)));
+                }
+            }
+        }
+        todo.sort_by_key(|&(i, e, bytes)| (std::cmp::Reverse(bytes), i, e));
+        let total: usize = todo.iter().map(|j| j.2).sum();
         let shown = std::io::stderr().is_terminal();
         let bar = if shown {
             indicatif::ProgressBar::new(total as u64)
@@ -143,44 +206,75 @@ impl Model {
         );
         type Outcome = (Result<Matrix, Error>, Duration);
         let done: Mutex<Vec<Option<Outcome>>> = Mutex::new((0..todo.len()).map(|_| None).collect());
-        pool.run_chunks(todo.len(), &|i| {
-            let t = todo[i];
+        pool.run_chunks(todo.len(), &|j| {
+            let (i, expert, bytes) = todo[j];
+            let name = &tensors[i].name;
             let start = Instant::now();
-            let m = self.matrix(&t.name);
+            let m = match expert {
+                None => self.matrix(name),
+                Some(e) => self.expert(name, e),
+            };
             let took = start.elapsed();
-            bar.inc(size(t) as u64);
-            bar.set_message(t.name.clone());
-            done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some((m, took));
+            bar.inc(bytes as u64);
+            bar.set_message(name.clone());
+            done.lock().unwrap_or_else(|e| e.into_inner())[j] = Some((m, took));
         });
         bar.finish_and_clear();
+
+        // Back in tensor order, each tensor's experts in order.
+        let mut outcomes: Vec<Vec<(Option<usize>, Outcome)>> =
+            (0..tensors.len()).map(|_| Vec::new()).collect();
+        let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        for (&(i, e, _), outcome) in todo.iter().zip(done) {
+            outcomes[i].push((e, outcome.expect("every matrix ran")));
+        }
         let mut out = LoadedModel {
             matrices: BTreeMap::new(),
+            experts: BTreeMap::new(),
             unsupported: Vec::new(),
             types: Vec::new(),
         };
         let mut types: BTreeMap<String, TypeSummary> = BTreeMap::new();
-        let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
-        for (t, outcome) in todo.iter().zip(done) {
-            let (m, took) = outcome.expect("every tensor ran");
-            let m = match m {
-                Ok(m) => m,
-                Err(e) if matches!(e, Error::Unsupported(_)) || unknown_type(t) => {
-                    out.unsupported.push((t.name.clone(), e));
-                    continue;
+        'tensor: for (t, mut results) in tensors.iter().zip(outcomes) {
+            results.sort_by_key(|(e, _)| *e);
+            let mut matrices = Vec::with_capacity(results.len());
+            let mut took = Duration::ZERO;
+            for (_, (m, d)) in results {
+                took += d;
+                match m {
+                    Ok(m) => matrices.push(m),
+                    Err(e) if matches!(e, Error::Unsupported(_)) || unknown_type(t) => {
+                        out.unsupported.push((t.name.clone(), e));
+                        continue 'tensor;
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
-            };
+            }
             let s = types.entry(t.type_name()).or_insert_with(|| TypeSummary {
                 type_name: t.type_name(),
                 count: 0,
+                matrices: 0,
                 bytes: 0,
-                kernel: m.gemv_kernel().name.to_string(),
+                kernel: String::new(),
                 repack: Duration::ZERO,
             });
+            if s.kernel.is_empty() {
+                if let Some(m) = matrices.first() {
+                    s.kernel = m.gemv_kernel().name.to_string();
+                }
+            }
             s.count += 1;
+            s.matrices += matrices.len();
             s.bytes += size(t);
             s.repack += took;
-            out.matrices.insert(t.name.clone(), m);
+            if t.experts().is_some() {
+                // The pages two experts share (see `Model::experts`).
+                self.file.release(&t.name);
+                out.experts.insert(t.name.clone(), Experts::new(matrices)?);
+            } else {
+                let m = matrices.pop().expect("a 2-D tensor is one matrix");
+                out.matrices.insert(t.name.clone(), m);
+            }
         }
         out.types = types.into_values().collect();
         if shown || std::env::var_os("KGEN_LOG").is_some() {
@@ -192,6 +286,17 @@ impl Model {
             }
         }
         Ok(out)
+    }
+}
+
+/// How many of a 3-D tensor's `experts` to load. A stack with data holds
+/// at least a block per expert, so the file's size bounds the count; one
+/// without (an unknown type, or empty experts) gets only its first expert
+/// tried, which reports why it cannot load, however many the header claims.
+fn jobs(t: &TensorInfo, experts: u64) -> usize {
+    match t.range {
+        Some((s, e)) if e > s => experts as usize,
+        _ => experts.min(1) as usize,
     }
 }
 

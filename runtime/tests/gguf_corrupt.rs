@@ -80,6 +80,20 @@ fn xorshift(mut s: u64) -> impl FnMut() -> u64 {
     }
 }
 
+/// Changes 1 to `most` random bytes of `b` anywhere: to 0xff, to 0, one bit
+/// flipped, or a random value.
+fn mutate(b: &mut [u8], most: u64, next: &mut impl FnMut() -> u64) {
+    for _ in 0..1 + next() % most {
+        let at = (next() % b.len() as u64) as usize;
+        b[at] = match next() % 4 {
+            0 => 0xff,
+            1 => 0,
+            2 => b[at] ^ (1 << (next() % 8)),
+            _ => next() as u8,
+        };
+    }
+}
+
 /// Random byte changes in the header and data: Ok or Err, never a panic; and
 /// whatever opens yields matrices that validate or errors.
 #[test]
@@ -91,15 +105,7 @@ fn random_corruption_never_panics() {
         let (mut ok, mut err) = (0, 0);
         for _ in 0..3000 {
             let mut b = bytes.clone();
-            for _ in 0..1 + next() % 4 {
-                let at = (next() % b.len() as u64) as usize;
-                b[at] = match next() % 4 {
-                    0 => 0xff,
-                    1 => 0,
-                    2 => b[at] ^ (1 << (next() % 8)),
-                    _ => next() as u8,
-                };
-            }
+            mutate(&mut b, 4, &mut next);
             match GgufFile::from_bytes(b, &p) {
                 Ok(g) => {
                     ok += 1;
@@ -207,5 +213,80 @@ fn corrupt_blocks_through_the_checked_repack() {
     assert!(
         ok >= want_ok && refused >= want_refused,
         "{ok} accepted, {refused} refused"
+    );
+}
+
+/// A mixture-of-experts file (3-D stacks beside a 2-D matrix) with random
+/// byte changes anywhere, header included, loaded whole with
+/// `Model::load_all` and one expert at a time: Ok or Err, never a panic or
+/// a hang on a count the file cannot hold; what loads runs.
+#[test]
+fn corrupt_expert_stacks_never_panic() {
+    use kgen::format::ggml::{gguf_image_raw, GgmlMatrix, GgmlType};
+    use kgen_runtime::{Model, Pool};
+    let q = |k: usize, n: usize, t: GgmlType, seed: u64| {
+        GgmlMatrix::quantize(&kgen::format::Rng::new(seed).vec_f32(k * n), k, n, t)
+    };
+    let stack = |ms: &[GgmlMatrix]| -> Vec<u8> { ms.iter().flat_map(|m| m.data.clone()).collect() };
+    let a: Vec<GgmlMatrix> = (0..3).map(|e| q(64, 8, GgmlType::Q4_0, e)).collect();
+    let b: Vec<GgmlMatrix> = (0..2).map(|e| q(32, 4, GgmlType::Q8_0, 9 + e)).collect();
+    let dense = q(256, 4, GgmlType::Q4_K, 20);
+    let bytes = gguf_image_raw(&[
+        (
+            "blk.0.ffn_up_exps.weight",
+            GgmlType::Q4_0.id(),
+            &[64, 8, 3],
+            &stack(&a),
+        ),
+        (
+            "blk.0.ffn_down_exps.weight",
+            GgmlType::Q8_0.id(),
+            &[32, 4, 2],
+            &stack(&b),
+        ),
+        (
+            "blk.0.attn_q.weight",
+            GgmlType::Q4_K.id(),
+            &[256, 4],
+            &dense.data,
+        ),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moe.gguf");
+    let pool = Pool::new(2);
+    let mut next = xorshift(0x0e_4e47_5ace_2026);
+    let (mut loaded, mut refused) = (0, 0);
+    for _ in 0..500 {
+        let mut b = bytes.clone();
+        mutate(&mut b, 3, &mut next);
+        std::fs::write(&path, &b).unwrap();
+        let Ok(model) = Model::open(&path) else {
+            refused += 1;
+            continue;
+        };
+        for t in model.tensors() {
+            for e in 0..t.experts().unwrap_or(0).min(4) as usize {
+                if let Ok(m) = model.file().expert(&t.name, e) {
+                    m.validate().unwrap();
+                    assert_eq!(m.dequantize().len(), m.k * m.n);
+                }
+            }
+        }
+        match model.load_all(&pool) {
+            Ok(all) => {
+                for s in all.experts.values() {
+                    let x = vec![0.25f32; s.k()];
+                    let mut y = vec![0f32; s.len() * s.n()];
+                    let ids: Vec<usize> = (0..s.len()).collect();
+                    s.gemv_selected(&ids, &x, &mut y).unwrap();
+                }
+                loaded += 1;
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(
+        loaded > 50 && refused > 50,
+        "{loaded} loaded, {refused} refused"
     );
 }

@@ -24,14 +24,11 @@ fn open_list_load_one_and_load_all() {
     // An IQ2_XXS tensor (type 16), which no kernel runs: 512 values, 132
     // bytes.
     let k_quant = [0u8; 132];
-    fn raw<'a>(name: &'a str, m: &'a GgmlMatrix) -> (&'a str, u32, [usize; 2], &'a [u8]) {
-        (name, m.dtype.id(), [m.k, m.n], m.data.as_slice())
-    }
     let image = gguf_image_raw(&[
-        raw("blk.0.a", &a),
-        raw("blk.0.b", &b),
-        ("norm", GgmlType::F32.id(), [32, 2], &[0u8; 32 * 2 * 4]),
-        ("blk.0.kq", 16, [256, 2], &k_quant),
+        ("blk.0.a", a.dtype.id(), &[a.k, a.n], &a.data),
+        ("blk.0.b", b.dtype.id(), &[b.k, b.n], &b.data),
+        ("norm", GgmlType::F32.id(), &[32, 2], &[0u8; 32 * 2 * 4]),
+        ("blk.0.kq", 16, &[256, 2], &k_quant),
     ]);
     std::fs::write(&path, image).unwrap();
 
@@ -110,4 +107,129 @@ fn corrupt_and_missing_files_are_errors_naming_the_file() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("missing.gguf"), "{e}");
+}
+
+/// Stacks of experts (3-D tensors, `dims = [k, n, experts]`) written by
+/// kgen's own GGUF writer: loaded one expert or all at once, run routed, and
+/// bad ones refused with the tensor and expert named, without looping over
+/// or allocating for a count the file cannot hold.
+#[test]
+fn expert_stacks_load_route_and_refuse_bad_input() {
+    assert!(i8_format_built("q4_0"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("moe.gguf");
+    let (k, n) = (64, 24);
+    let mats: Vec<GgmlMatrix> = (0..4)
+        .map(|e| quantized(k, n, GgmlType::Q4_0, 10 + e))
+        .collect();
+    let stack: Vec<u8> = mats.iter().flat_map(|m| m.data.clone()).collect();
+    // Expert 2 of a second stack has a NaN scale (f16 0x7e00) in a block.
+    let mut nan = stack.clone();
+    let at = 2 * mats[0].data.len() + 18 * 5;
+    nan[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+    let dense = quantized(k, n, GgmlType::Q4_0, 3);
+    let image = gguf_image_raw(&[
+        ("blk.0.ffn_up_exps.weight", 2, &[k, n, 4], &stack),
+        ("blk.0.attn_q.weight", 2, &[k, n], &dense.data),
+        // IQ2_XXS (type 16, 256 values in 66 bytes): no kernel.
+        ("blk.1.ffn_up_exps.weight", 16, &[256, 1, 3], &[0u8; 66 * 3]),
+    ]);
+    std::fs::write(&path, image).unwrap();
+    let model = Model::open(&path).unwrap();
+    let x = Rng::new(5).vec_f32(k);
+
+    let experts = model.experts("blk.0.ffn_up_exps.weight").unwrap();
+    assert_eq!((experts.len(), experts.k(), experts.n()), (4, k, n));
+    for (e, m) in mats.iter().enumerate() {
+        let (mut a, mut b, mut c) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+        experts.get(e).unwrap().gemv(&x, &mut a).unwrap();
+        Matrix::from_ggml(m).unwrap().gemv(&x, &mut b).unwrap();
+        model
+            .expert("blk.0.ffn_up_exps.weight", e)
+            .unwrap()
+            .gemv(&x, &mut c)
+            .unwrap();
+        assert_eq!((&a, &a), (&b, &c), "expert {e}");
+    }
+    let mut y = vec![0.0; 2 * n];
+    experts.gemv_selected(&[3, 1], &x, &mut y).unwrap();
+    let mut want = vec![0.0; n];
+    Matrix::from_ggml(&mats[1])
+        .unwrap()
+        .gemv(&x, &mut want)
+        .unwrap();
+    assert_eq!(&y[n..], &want[..]);
+    assert!(matches!(
+        experts.gemv_selected(&[4], &x, &mut y[..n]),
+        Err(Error::Shape(_))
+    ));
+    assert!(matches!(
+        experts.gemv_selected(&[0, 1], &x, &mut y[..n]),
+        Err(Error::Shape(_))
+    ));
+    experts.gemv_selected(&[], &x, &mut []).unwrap();
+
+    // Asking for the wrong thing is an error naming the tensor.
+    let e = model
+        .expert("blk.0.ffn_up_exps.weight", 4)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("has 4 experts") && e.contains("ffn_up_exps"),
+        "{e}"
+    );
+    let e = model
+        .experts("blk.0.attn_q.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("needs 3"), "{e}");
+    let e = model
+        .matrix("blk.0.ffn_up_exps.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("stack of 4 experts"), "{e}");
+    let e = model
+        .experts("blk.1.ffn_up_exps.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("IQ2_XXS"), "{e}");
+
+    // load_all: the dense matrix, the stack, the IQ2_XXS stack reported once.
+    let all = model.load_all(&Pool::new(2)).unwrap();
+    assert_eq!(all.matrices.len(), 1);
+    assert_eq!(all.experts["blk.0.ffn_up_exps.weight"].len(), 4);
+    let unsupported: Vec<&str> = all.unsupported.iter().map(|u| u.0.as_str()).collect();
+    assert_eq!(unsupported, ["blk.1.ffn_up_exps.weight"]);
+    let q4 = &all.types[0];
+    assert_eq!((q4.count, q4.matrices), (2, 5), "{q4:?}");
+    assert!(q4.to_string().contains("(5 matrices)"), "{q4}");
+
+    // A NaN scale in expert 2: the error names the tensor and the expert.
+    let bad = dir.path().join("nan.gguf");
+    std::fs::write(
+        &bad,
+        gguf_image_raw(&[("blk.0.ffn_gate_exps.weight", 2, &[k, n, 4], &nan)]),
+    )
+    .unwrap();
+    let model = Model::open(&bad).unwrap();
+    for e in [0, 1, 3] {
+        model.expert("blk.0.ffn_gate_exps.weight", e).unwrap();
+    }
+    let e = model
+        .experts("blk.0.ffn_gate_exps.weight")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ffn_gate_exps") && e.contains("expert 2"), "{e}");
+    let e = model.load_all(&Pool::new(2)).unwrap_err().to_string();
+    assert!(e.contains("expert 2"), "{e}");
+
+    // Empty experts and a count of 2^40: an error, at once.
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, gguf_image_raw(&[("e", 2, &[32, 0, 1 << 40], &[])])).unwrap();
+    let model = Model::open(&empty).unwrap();
+    assert_eq!(model.tensors()[0].experts(), Some(1 << 40));
+    let e = model.experts("e").unwrap_err().to_string();
+    assert!(e.contains("empty"), "{e}");
+    let e = model.load_all(&Pool::new(2)).unwrap_err().to_string();
+    assert!(e.contains("empty"), "{e}");
 }

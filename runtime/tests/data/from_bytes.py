@@ -6,11 +6,15 @@ runtime/tests/gguf_kernels.rs and runtime/tests/gguf_kgen_bytes.rs.
 Usage: from_bytes.py DIR TYPE
 
 TYPE is a ggml type name (IQ4_NL, Q4_K, ...). DIR/list.txt has lines
-"NAME K N"; DIR/NAME.bin holds N rows of kgen's TYPE blocks and DIR/NAME.x an
-f32 activation vector of K. Writes every tensor with gguf.GGUFWriter
-(raw_dtype TYPE) to DIR/kgen_<type>.gguf (type in lower case), and for each
-NAME DIR/NAME.deq (gguf-py's dequantize, f32 N x K) and DIR/NAME.y (numpy's
-float32 x @ deq.T, N values; only when the weights are finite).
+"NAME K N" or "NAME K N E"; DIR/NAME.bin holds N rows of kgen's TYPE blocks
+(E times N for a stack of E experts, runtime/tests/gguf_experts.rs) and
+DIR/NAME.x an f32 activation vector of K. Writes every tensor with
+gguf.GGUFWriter (raw_dtype TYPE; a stack as one 3-D tensor of shape
+(E, N, bytes), which GGUF stores with dims [K, N, E]) to
+DIR/kgen_<type>.gguf (type in lower case), and for each NAME DIR/NAME.deq
+(gguf-py's dequantize, f32 N x K, or E x N x K) and DIR/NAME.y (numpy's
+float32 x @ deq.T per matrix, N values or E x N; only when the weights are
+finite).
 """
 
 import os
@@ -26,18 +30,19 @@ def main():
     w = gguf.GGUFWriter(os.path.join(d, f"kgen_{qtype.name.lower()}.gguf"), "kgentest")
     with open(os.path.join(d, "list.txt")) as f:
         entries = [l.split() for l in f if l.strip()]
-    for name, k, n in entries:
-        k, n = int(k), int(n)
-        raw = np.fromfile(os.path.join(d, name + ".bin"), dtype=np.uint8).reshape(n, -1)
+    for name, *dims in entries:
+        k, n = int(dims[0]), int(dims[1])
+        shape = (n,) if len(dims) == 2 else (int(dims[2]), n)
+        raw = np.fromfile(os.path.join(d, name + ".bin"), dtype=np.uint8).reshape(*shape, -1)
         w.add_tensor(name, raw, raw_dtype=qtype)
         with np.errstate(all="ignore"):
             deq = gguf.quants.dequantize(raw, qtype).astype(np.float32)
-        assert deq.shape == (n, k), (deq.shape, n, k)
+        assert deq.shape == (*shape, k), (deq.shape, shape, k)
         deq.astype("<f4").tofile(os.path.join(d, name + ".deq"))
         if np.isfinite(deq).all():
             x = np.fromfile(os.path.join(d, name + ".x"), dtype="<f4")
             with np.errstate(all="ignore"):
-                (x @ deq.T).astype("<f4").tofile(os.path.join(d, name + ".y"))
+                (x @ np.swapaxes(deq, -1, -2)).astype("<f4").tofile(os.path.join(d, name + ".y"))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

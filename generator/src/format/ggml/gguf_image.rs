@@ -8,23 +8,25 @@ use crate::format::ggml::GgmlMatrix;
 pub const GGUF_ALIGN: usize = 32;
 
 /// The header of a GGUF v3 file (no metadata) for tensors given as (name,
-/// ggml type id, `[k, n]` with `k` contiguous, bytes of data), padded to
+/// ggml type id, dimensions with the contiguous one first (`[k, n]` for a
+/// matrix, `[k, n, experts]` for a stack of them), bytes of data), padded to
 /// [`GGUF_ALIGN`]. The data section follows it: each tensor's bytes in the
 /// same order, each padded to [`GGUF_ALIGN`]. Writers that stream large
 /// data (`runtime/examples/load_model.rs`) write the header alone.
-pub fn gguf_header(tensors: &[(&str, u32, [usize; 2], usize)]) -> Vec<u8> {
+pub fn gguf_header(tensors: &[(&str, u32, &[usize], usize)]) -> Vec<u8> {
     let mut head = Vec::new();
     head.extend_from_slice(b"GGUF");
     head.extend_from_slice(&3u32.to_le_bytes());
     head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
     head.extend_from_slice(&0u64.to_le_bytes());
     let mut offset = 0usize;
-    for &(name, type_id, [k, n], bytes) in tensors {
+    for &(name, type_id, dims, bytes) in tensors {
         head.extend_from_slice(&(name.len() as u64).to_le_bytes());
         head.extend_from_slice(name.as_bytes());
-        head.extend_from_slice(&2u32.to_le_bytes());
-        head.extend_from_slice(&(k as u64).to_le_bytes());
-        head.extend_from_slice(&(n as u64).to_le_bytes());
+        head.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for &d in dims {
+            head.extend_from_slice(&(d as u64).to_le_bytes());
+        }
         head.extend_from_slice(&type_id.to_le_bytes());
         head.extend_from_slice(&(offset as u64).to_le_bytes());
         offset += bytes.next_multiple_of(GGUF_ALIGN);
@@ -33,10 +35,11 @@ pub fn gguf_header(tensors: &[(&str, u32, [usize; 2], usize)]) -> Vec<u8> {
     head
 }
 
-/// A whole GGUF image of tensors given as (name, ggml type id, `[k, n]`,
-/// data): any type id, including ones kgen has no codec for (the K-quants,
-/// for the tests of unsupported types).
-pub fn gguf_image_raw(tensors: &[(&str, u32, [usize; 2], &[u8])]) -> Vec<u8> {
+/// A whole GGUF image of tensors given as (name, ggml type id, dimensions
+/// as [`gguf_header`] takes them, data): any type id, including ones kgen
+/// has no codec for (the lattice i-quants, for the tests of unsupported
+/// types), and any number of dimensions.
+pub fn gguf_image_raw(tensors: &[(&str, u32, &[usize], &[u8])]) -> Vec<u8> {
     let entries: Vec<_> = tensors
         .iter()
         .map(|&(name, id, dims, data)| (name, id, dims, data.len()))
@@ -54,9 +57,11 @@ pub fn gguf_image_raw(tensors: &[(&str, u32, [usize; 2], &[u8])]) -> Vec<u8> {
 /// are written with their own ids, which readers refuse as unknown types:
 /// tests use that; models have no business storing them in GGUF files.
 pub fn gguf_image(tensors: &[(&str, &GgmlMatrix)]) -> Vec<u8> {
+    let dims: Vec<[usize; 2]> = tensors.iter().map(|(_, m)| [m.k, m.n]).collect();
     let raw: Vec<_> = tensors
         .iter()
-        .map(|&(name, m)| (name, m.dtype.id(), [m.k, m.n], m.data.as_slice()))
+        .zip(&dims)
+        .map(|(&(name, m), d)| (name, m.dtype.id(), &d[..], m.data.as_slice()))
         .collect();
     gguf_image_raw(&raw)
 }
