@@ -145,6 +145,11 @@ impl MetaValue {
     }
 }
 
+/// The most matrices a 3-D tensor may stack: far more than any model's
+/// experts (DeepSeek-V3 has 256, Kimi K2 384) or attention heads, and a
+/// bound on what a corrupt header can make a loader allocate per tensor.
+pub const MAX_STACK: u64 = 4096;
+
 /// One tensor's header entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
@@ -162,7 +167,8 @@ pub struct TensorInfo {
 
 impl TensorInfo {
     /// For a 3-D tensor (`dims = [k, n, experts]`: a mixture-of-experts
-    /// model's stack of FFN matrices), the number of experts.
+    /// layer's experts, or a matrix per attention head), the number of
+    /// matrices it stacks.
     pub fn experts(&self) -> Option<u64> {
         match self.dims[..] {
             [_, _, e] => Some(e),
@@ -703,8 +709,20 @@ impl GgufFile {
                 ),
             )
         })?;
+        if experts == 0 {
+            return Err(self.err(name, "is a stack of no matrices"));
+        }
+        if experts > MAX_STACK {
+            return Err(self.err(
+                name,
+                &format!("claims a stack of {experts} matrices; kgen loads at most {MAX_STACK}"),
+            ));
+        }
         if expert as u64 >= experts {
-            return Err(self.err(name, &format!("has {experts} experts, not {}", expert + 1)));
+            return Err(self.err(
+                name,
+                &format!("has no expert {expert}: the stack has {experts} (0..{experts})"),
+            ));
         }
         let (s, e) = t.range.ok_or_else(|| {
             self.err(
@@ -712,8 +730,8 @@ impl GgufFile {
                 &format!("has {}, whose size is unknown", t.type_name()),
             )
         })?;
-        // The experts' matrices are the same size and follow each other;
-        // `expert < experts` so `experts` is non-zero and fits in usize.
+        // The matrices are the same size and follow each other; `expert <
+        // experts <= MAX_STACK`, so neither overflows.
         let each = (e - s) / experts as usize;
         Ok((s + expert * each, s + (expert + 1) * each))
     }

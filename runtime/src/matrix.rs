@@ -535,6 +535,14 @@ impl Matrix {
         }
     }
 
+    /// The int8 family's back-end, if this matrix runs on it.
+    pub(crate) fn as_int8(&self) -> Option<&Int8Matrix> {
+        match &self.backend {
+            Backend::Int8(w) => Some(w),
+            Backend::F32(_) => None,
+        }
+    }
+
     /// What runs: family, format, ISA, target and kernels, e.g. `int8
     /// family, q4_0 (GGUF Q4_0), ISA avx512vnni (target x86-64-v4-vnni),
     /// kernels q4_0_gemv_1x64__avx512vnni / q4_0_gemm_8x16__avx512vnni`.
@@ -566,6 +574,14 @@ enum InputKind {
 }
 
 impl Input {
+    /// The int8 family's quantized rows, if it was prepared for that family.
+    pub(crate) fn as_int8(&self) -> Option<&QuantizedInput> {
+        match &self.0 {
+            InputKind::Int8(q) => Some(q),
+            InputKind::F32 { .. } => None,
+        }
+    }
+
     /// Activation rows.
     pub fn rows(&self) -> usize {
         match &self.0 {

@@ -23,7 +23,7 @@ use crate::dispatch::Registry;
 use crate::error::Error;
 use crate::experts::Experts;
 use crate::format::WeightFormat;
-use crate::gguf::{GgufFile, TensorInfo};
+use crate::gguf::{GgufFile, TensorInfo, MAX_STACK};
 use crate::matrix::Matrix;
 use crate::pool::Pool;
 use kgen::format::ggml::{self, GgmlType};
@@ -42,8 +42,9 @@ pub struct Model {
 
 /// What [`Model::load_all`] made: the matrices by tensor name, the stacks
 /// of experts (3-D tensors) by tensor name, the quantized tensors that have
-/// no kernel (with why), and a summary per type.
+/// no kernel or are neither 2-D nor 3-D (with why), and a summary per type.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct LoadedModel {
     pub matrices: BTreeMap<String, Matrix>,
     pub experts: BTreeMap<String, Experts>,
@@ -53,6 +54,7 @@ pub struct LoadedModel {
 
 /// The tensors of one ggml type that [`Model::load_all`] loaded.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TypeSummary {
     pub type_name: String,
     /// Tensors: a stack of experts counts once.
@@ -110,45 +112,74 @@ impl Model {
     }
 
     /// Loads one 2-D tensor as a [`Matrix`], reading only its bytes; its
-    /// pages in the mapping are released afterwards.
+    /// pages in the mapping are released afterwards. A type no kernel runs
+    /// is [`Error::Unsupported`]; a corrupt tensor [`Error::Load`].
     pub fn matrix(&self, name: &str) -> Result<Matrix, Error> {
         let m = Matrix::from_gguf_tensor(self.registry, &self.file, name);
         self.file.release(name);
-        m
+        m.map_err(|e| self.classify(name, e))
     }
 
-    /// Loads expert `expert` of a 3-D tensor (`dims = [k, n, experts]`) as
-    /// a [`Matrix`], reading only that expert's bytes.
+    /// Loads matrix `expert` of a 3-D tensor (`dims = [k, n, experts]`),
+    /// reading only its bytes. An index past the stack is
+    /// [`Error::Shape`]; errors are otherwise as [`Model::matrix`]'s.
     pub fn expert(&self, name: &str, expert: usize) -> Result<Matrix, Error> {
+        let count = self.stack(name)?;
+        if expert >= count {
+            return Err(Error::Shape(format!(
+                "{}: tensor {name:?} has no expert {expert}: the stack has {count} (0..{count})",
+                self.path()
+            )));
+        }
         let m = Matrix::from_gguf_expert(self.registry, &self.file, name, expert);
         self.file.release_expert(name, expert);
-        m
+        m.map_err(|e| self.classify(name, e))
     }
 
-    /// Loads every expert of a 3-D tensor, each repacked on its own and its
-    /// pages released after it (see [`Experts`]); a 2-D tensor is an error.
+    /// Loads every matrix of a 3-D tensor (a MoE layer's experts), each
+    /// repacked on its own and its pages released after it (see
+    /// [`Experts`]); a 2-D tensor is an error.
     pub fn experts(&self, name: &str) -> Result<Experts, Error> {
-        let t = self.file.tensor_info(name).ok_or_else(|| {
-            Error::Load(format!(
-                "{}: tensor {name:?} is not in the file",
-                self.path()
-            ))
-        })?;
-        let Some(count) = t.experts() else {
-            return Err(Error::Load(format!(
-                "{}: tensor {name:?} has {} dimensions {:?}, a stack of experts needs 3",
-                self.path(),
-                t.dims.len(),
-                t.dims
-            )));
-        };
-        let matrices = (0..jobs(t, count))
+        let count = self.stack(name)?;
+        let matrices = (0..count)
             .map(|e| self.expert(name, e))
             .collect::<Result<Vec<_>, _>>();
         // Each expert released the whole pages inside its own bytes; this
         // drops the pages two experts share.
         self.file.release(name);
         Experts::new(matrices?)
+    }
+
+    /// The number of matrices the 3-D tensor `name` stacks, or why it is
+    /// not a stack kgen loads (a file's error: [`Error::Load`]).
+    fn stack(&self, name: &str) -> Result<usize, Error> {
+        let at = |msg: String| Error::Load(format!("{}: tensor {name:?} {msg}", self.path()));
+        let t = self
+            .file
+            .tensor_info(name)
+            .ok_or_else(|| at("is not in the file".into()))?;
+        match t.experts() {
+            None => Err(at(format!(
+                "has {} dimensions {:?}, a stack of experts needs 3",
+                t.dims.len(),
+                t.dims
+            ))),
+            Some(0) => Err(at("is a stack of no matrices".into())),
+            Some(c) if c > MAX_STACK => Err(at(format!(
+                "claims a stack of {c} matrices; kgen loads at most {MAX_STACK}"
+            ))),
+            // At most MAX_STACK: fits in usize.
+            Some(c) => Ok(c as usize),
+        }
+    }
+
+    /// A tensor of a type kgen's format table lacks is unsupported, not
+    /// corrupt, whatever the layer below called it.
+    fn classify(&self, name: &str, e: Error) -> Error {
+        match (e, self.file.tensor_info(name)) {
+            (Error::Load(m), Some(t)) if unknown_type(t) => Error::Unsupported(m),
+            (e, _) => e,
+        }
     }
 
     fn path(&self) -> String {
@@ -159,12 +190,9 @@ impl Model {
     /// experts), of a quantized ggml type (F32, F16 and BF16 tensors, norms
     /// among them, stay in the file for the caller).
     pub fn quantized_matrices(&self) -> impl Iterator<Item = &TensorInfo> {
-        // Float types are the ones with one value per block; an unknown
-        // type counts as quantized, so it is reported, not skipped.
-        self.tensors().iter().filter(|t| {
-            let float = ggml::type_size(t.type_id).is_some_and(|(values, _)| values == 1);
-            matches!(t.dims.len(), 2 | 3) && !float
-        })
+        self.tensors()
+            .iter()
+            .filter(|t| matches!(t.dims.len(), 2 | 3) && quantized(t))
     }
 
     /// Loads every 2-D quantized tensor, and every expert of every 3-D one,
@@ -178,16 +206,35 @@ impl Model {
     pub fn load_all(&self, pool: &Pool) -> Result<LoadedModel, Error> {
         let tensors: Vec<&TensorInfo> = self.quantized_matrices().collect();
         let size = |t: &TensorInfo| t.range.map_or(0, |(s, e)| e - s);
+        // Quantized tensors that are neither matrices nor stacks.
+        let mut unsupported: Vec<(String, Error)> = self
+            .tensors()
+            .iter()
+            .filter(|t| quantized(t) && !matches!(t.dims.len(), 2 | 3))
+            .map(|t| {
+                let msg = format!(
+                    "{}: tensor {:?} has {} dimensions {:?}; kgen loads 2-D matrices and 3-D stacks",
+                    self.path(),
+                    t.name,
+                    t.dims.len(),
+                    t.dims
+                );
+                (t.name.clone(), Error::Unsupported(msg))
+            })
+            .collect();
         // One job per matrix: (tensor, expert), with its bytes.
         let mut todo: Vec<(usize, Option<usize>, usize)> = Vec::new();
         for (i, t) in tensors.iter().enumerate() {
-            match t.experts() {
-                None => todo.push((i, None, size(t))),
-                Some(n) => {
-                    let n = jobs(t, n);
-                    let each = size(t) / n.max(1);
-                    todo.extend((0..n).map(|e| (i, Some(e), each)));
+            if t.experts().is_none() {
+                todo.push((i, None, size(t)));
+                continue;
+            }
+            match self.stack(&t.name) {
+                Ok(n) => todo.extend((0..n).map(|e| (i, Some(e), size(t) / n))),
+                Err(e) if unknown_type(t) => {
+                    unsupported.push((t.name.clone(), Error::Unsupported(e.message().into())))
                 }
+                Err(e) => return Err(e),
             }
         }
         todo.sort_by_key(|&(i, e, bytes)| (std::cmp::Reverse(bytes), i, e));
@@ -211,8 +258,8 @@ impl Model {
             let name = &tensors[i].name;
             let start = Instant::now();
             let m = match expert {
-                None => self.matrix(name),
                 Some(e) => self.expert(name, e),
+                None => self.matrix(name),
             };
             let took = start.elapsed();
             bar.inc(bytes as u64);
@@ -231,11 +278,19 @@ impl Model {
         let mut out = LoadedModel {
             matrices: BTreeMap::new(),
             experts: BTreeMap::new(),
-            unsupported: Vec::new(),
+            unsupported,
             types: Vec::new(),
         };
         let mut types: BTreeMap<String, TypeSummary> = BTreeMap::new();
         'tensor: for (t, mut results) in tensors.iter().zip(outcomes) {
+            if t.experts().is_some() {
+                // The pages two experts share (see `Model::experts`).
+                self.file.release(&t.name);
+            }
+            if results.is_empty() {
+                // A stack reported as unsupported before any job ran.
+                continue;
+            }
             results.sort_by_key(|(e, _)| *e);
             let mut matrices = Vec::with_capacity(results.len());
             let mut took = Duration::ZERO;
@@ -268,8 +323,6 @@ impl Model {
             s.bytes += size(t);
             s.repack += took;
             if t.experts().is_some() {
-                // The pages two experts share (see `Model::experts`).
-                self.file.release(&t.name);
                 out.experts.insert(t.name.clone(), Experts::new(matrices)?);
             } else {
                 let m = matrices.pop().expect("a 2-D tensor is one matrix");
@@ -289,15 +342,11 @@ impl Model {
     }
 }
 
-/// How many of a 3-D tensor's `experts` to load. A stack with data holds
-/// at least a block per expert, so the file's size bounds the count; one
-/// without (an unknown type, or empty experts) gets only its first expert
-/// tried, which reports why it cannot load, however many the header claims.
-fn jobs(t: &TensorInfo, experts: u64) -> usize {
-    match t.range {
-        Some((s, e)) if e > s => experts as usize,
-        _ => experts.min(1) as usize,
-    }
+/// Whether `t` is of a quantized type: not one of the float types, which
+/// have one value per block (an unknown type counts as quantized, so it is
+/// reported, not skipped).
+fn quantized(t: &TensorInfo) -> bool {
+    ggml::type_size(t.type_id).is_none_or(|(values, _)| values != 1)
 }
 
 /// A type kgen's format table does not have (K-quants, ...): the tensor is

@@ -153,47 +153,53 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
     }
     let mut y = vec![0.0; 2 * n];
     experts.gemv_selected(&[3, 1], &x, &mut y).unwrap();
-    let mut want = vec![0.0; n];
-    Matrix::from_ggml(&mats[1])
-        .unwrap()
-        .gemv(&x, &mut want)
-        .unwrap();
-    assert_eq!(&y[n..], &want[..]);
+    for (row, e) in [3, 1].into_iter().enumerate() {
+        let mut want = vec![0.0; n];
+        Matrix::from_ggml(&mats[e])
+            .unwrap()
+            .gemv(&x, &mut want)
+            .unwrap();
+        assert_eq!(&y[row * n..(row + 1) * n], &want[..], "row {row}");
+    }
+    let before = y.clone();
     assert!(matches!(
-        experts.gemv_selected(&[4], &x, &mut y[..n]),
+        experts.gemv_selected(&[1, 4], &x, &mut y),
         Err(Error::Shape(_))
     ));
     assert!(matches!(
         experts.gemv_selected(&[0, 1], &x, &mut y[..n]),
         Err(Error::Shape(_))
     ));
+    assert_eq!(y, before, "an error writes nothing");
     experts.gemv_selected(&[], &x, &mut []).unwrap();
 
     // Asking for the wrong thing is an error naming the tensor.
-    let e = model
-        .expert("blk.0.ffn_up_exps.weight", 4)
-        .unwrap_err()
-        .to_string();
+    let e = model.expert("blk.0.ffn_up_exps.weight", 4).unwrap_err();
+    assert!(matches!(e, Error::Shape(_)), "{e}");
+    let e = e.to_string();
     assert!(
-        e.contains("has 4 experts") && e.contains("ffn_up_exps"),
+        e.contains("no expert 4: the stack has 4") && e.contains("ffn_up_exps"),
         "{e}"
     );
+    let e = model
+        .expert("blk.0.ffn_up_exps.weight", usize::MAX)
+        .unwrap_err();
+    assert!(matches!(e, Error::Shape(_)), "{e}");
     let e = model
         .experts("blk.0.attn_q.weight")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("needs 3"), "{e}");
+    assert!(e.contains("a stack of experts needs 3"), "{e}");
     let e = model
         .matrix("blk.0.ffn_up_exps.weight")
         .unwrap_err()
         .to_string();
-    assert!(e.contains("stack of 4 experts"), "{e}");
-    let e = model
-        .experts("blk.1.ffn_up_exps.weight")
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("IQ2_XXS"), "{e}");
-
+    assert!(e.contains("a stack of 4 experts"), "{e}");
+    let e = model.experts("blk.1.ffn_up_exps.weight").unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("IQ2_XXS"),
+        "{e}"
+    );
     // load_all: the dense matrix, the stack, the IQ2_XXS stack reported once.
     let all = model.load_all(&Pool::new(2)).unwrap();
     assert_eq!(all.matrices.len(), 1);
@@ -223,13 +229,145 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
     let e = model.load_all(&Pool::new(2)).unwrap_err().to_string();
     assert!(e.contains("expert 2"), "{e}");
 
-    // Empty experts and a count of 2^40: an error, at once.
-    let empty = dir.path().join("empty.gguf");
-    std::fs::write(&empty, gguf_image_raw(&[("e", 2, &[32, 0, 1 << 40], &[])])).unwrap();
-    let model = Model::open(&empty).unwrap();
-    assert_eq!(model.tensors()[0].experts(), Some(1 << 40));
-    let e = model.experts("e").unwrap_err().to_string();
-    assert!(e.contains("empty"), "{e}");
-    let e = model.load_all(&Pool::new(2)).unwrap_err().to_string();
-    assert!(e.contains("empty"), "{e}");
+    // Stacks a loader must refuse without looping over or allocating for
+    // what the header claims: 2^40 empty experts, more experts than kgen
+    // loads (each a block), no experts; and a type no kernel runs with no
+    // experts, which is unsupported, not corrupt.
+    let blocks = vec![0u8; 18 * 4097];
+    let cases: [(&[usize], u32, &[u8], &str); 4] = [
+        (
+            &[32, 0, 1 << 40],
+            2,
+            &[],
+            "claims a stack of 1099511627776 matrices",
+        ),
+        (
+            &[32, 1, 4097],
+            2,
+            &blocks,
+            "claims a stack of 4097 matrices",
+        ),
+        (&[32, 4, 0], 2, &[], "a stack of no matrices"),
+        (&[256, 1, 0], 16, &[], "a stack of no matrices"),
+    ];
+    for (i, (dims, id, data, want)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("case{i}.gguf"));
+        std::fs::write(&path, gguf_image_raw(&[("t", id, dims, data)])).unwrap();
+        let model = Model::open(&path).unwrap();
+        let e = model.experts("t").unwrap_err().to_string();
+        assert!(e.contains(want), "case {i}: {e}");
+        match model.load_all(&Pool::new(2)) {
+            Err(e) => assert!(e.to_string().contains(want), "case {i}: {e}"),
+            Ok(all) => {
+                assert_eq!(id, 16, "case {i}");
+                assert!(all.unsupported[0].1.to_string().contains(want));
+            }
+        }
+    }
+    // A quantized tensor of 4 dimensions is listed, not silently skipped.
+    let path = dir.path().join("4d.gguf");
+    std::fs::write(
+        &path,
+        gguf_image_raw(&[("t", 2, &[32, 1, 1, 2], &[0u8; 36])]),
+    )
+    .unwrap();
+    let all = Model::open(&path).unwrap().load_all(&Pool::new(1)).unwrap();
+    let e = all.unsupported[0].1.to_string();
+    assert!(e.contains("has 4 dimensions"), "{e}");
+}
+
+/// The routed products of a stack against each expert's own GEMV and GEMM,
+/// on every int8 ISA here (the fused GEMV claims all the picked experts'
+/// panels from one range, so it is run on 1 and 2 threads and on a ragged
+/// N, whose last panel is narrower than the tile), bit for bit.
+#[test]
+fn routed_products_match_each_expert_on_every_isa() {
+    use kgen_runtime::{Experts, Op, Registry, WeightFormat};
+    let reg = Registry::builtin();
+    // Big enough for several claims on 2 threads, some across two experts.
+    for (dtype, k, n) in [(GgmlType::Q4_0, 1024, 168), (GgmlType::Q4_K, 512, 200)] {
+        if !i8_format_built(dtype.tag()) {
+            continue;
+        }
+        let mats: Vec<GgmlMatrix> = (0..6).map(|e| quantized(k, n, dtype, 40 + e)).collect();
+        let isas: Vec<&str> = reg
+            .runnable(WeightFormat::Ggml(dtype), Op::Gemv)
+            .iter()
+            .map(|e| e.isa)
+            .collect();
+        assert!(!isas.is_empty());
+        for isa in isas {
+            let r = reg.with_isa(Some(isa));
+            let one = |m: &GgmlMatrix| Matrix::from_ggml_with(&r, m).unwrap();
+            let stack = Experts::new(mats.iter().map(one).collect()).unwrap();
+            assert_eq!(stack[0].gemv_kernel().isa, isa);
+            let mut rng = Rng::new(7);
+            let x = rng.vec_f32(4 * k);
+            let what = format!("{dtype} {isa}");
+            let own = |e: usize, x: &[f32]| {
+                let mut y = vec![0f32; n];
+                stack[e].gemv(x, &mut y).unwrap();
+                y
+            };
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                // One row to five experts, one of them twice.
+                let ids = [5, 0, 3, 5, 2];
+                let mut y = vec![f32::NAN; ids.len() * n];
+                let calls = pool.stats().calls;
+                stack
+                    .gemv_selected_on(&pool, &ids, &x[..k], &mut y)
+                    .unwrap();
+                // One call, split over the threads (the multi-claim path).
+                assert_eq!(pool.stats().calls, calls + u64::from(threads > 1), "{what}");
+                let input = stack.quantize_input(&x[..k]).unwrap();
+                let mut y2 = vec![f32::NAN; ids.len() * n];
+                stack
+                    .gemv_selected_input_on(&pool, &input, &ids, &mut y2)
+                    .unwrap();
+                // A row per pick.
+                let mut y3 = vec![f32::NAN; ids.len() * n];
+                let xs = rng.vec_f32(ids.len() * k);
+                stack.gemv_each_on(&pool, &ids, &xs, &mut y3).unwrap();
+                for (i, &e) in ids.iter().enumerate() {
+                    let row = i * n..(i + 1) * n;
+                    assert_eq!(
+                        y[row.clone()],
+                        own(e, &x[..k]),
+                        "{what} {threads}T pick {i}"
+                    );
+                    assert_eq!(y2[row.clone()], y[row.clone()], "{what} input pick {i}");
+                    let xi = &xs[i * k..(i + 1) * k];
+                    assert_eq!(y3[row], own(e, xi), "{what} {threads}T each {i}");
+                }
+            }
+            // A batch of 4 rows, top-2 each; expert 4 gets three rows.
+            let ids = [4, 1, 4, 0, 3, 4, 1, 2];
+            let mut y = vec![f32::NAN; ids.len() * n];
+            stack.gemm_routed(&x, 4, &ids, &mut y).unwrap();
+            for e in 0..6 {
+                let rows: Vec<usize> = (0..ids.len()).filter(|&s| ids[s] == e).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let xg: Vec<f32> = rows
+                    .iter()
+                    .flat_map(|&s| x[s / 2 * k..(s / 2 + 1) * k].to_vec())
+                    .collect();
+                let mut want = vec![0f32; rows.len() * n];
+                stack[e].gemm(&xg, rows.len(), &mut want).unwrap();
+                for (j, &s) in rows.iter().enumerate() {
+                    assert_eq!(
+                        y[s * n..(s + 1) * n],
+                        want[j * n..(j + 1) * n],
+                        "{what} slot {s}"
+                    );
+                }
+            }
+            assert!(matches!(
+                stack.gemm_routed(&x, 4, &ids[..7], &mut y[..7 * n]),
+                Err(Error::Shape(_))
+            ));
+        }
+    }
 }

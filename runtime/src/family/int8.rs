@@ -355,6 +355,115 @@ impl Int8Matrix {
     }
 }
 
+impl Int8Matrix {
+    /// Whether [`Int8Matrix::gemv_many`] can run `self` beside `other`:
+    /// the same shape, layout and GEMV kernel, and no act-order or
+    /// zero-point terms (GGUF tensors have neither).
+    fn fuses_with(&self, other: &Int8Matrix) -> bool {
+        let (a, b) = (&self.layout, &other.layout);
+        (a.k, a.n, a.k_pad, a.n_pad, a.t_b) == (b.k, b.n, b.k_pad, b.n_pad, b.t_b)
+            && self.gemv.name == other.gemv.name
+            && self.perm.is_none()
+            && other.perm.is_none()
+            && self.group_mins.is_none()
+            && other.group_mins.is_none()
+    }
+
+    /// `y[i] = x_i W_i` for several matrices that
+    /// [fuse](Int8Matrix::fuses_with) (a mixture-of-experts layer's picked
+    /// experts), each with one activation row quantized for it (`inputs`:
+    /// one row for all, or one per matrix), in one pool call: their column
+    /// panels are claimed from one range, so the threads meet once for all
+    /// of them, not once per matrix, and a thread done with one matrix's
+    /// panels goes on to the next. `y` is `mats.len()` rows of N.
+    /// `Ok(false)`, with nothing written, if the matrices do not fuse or an
+    /// input is not one row its matrix accepts.
+    pub(crate) fn gemv_many(
+        pool: &Pool,
+        mats: &[&Int8Matrix],
+        inputs: &[&QuantizedInput],
+        y: &mut [f32],
+    ) -> Result<bool, Error> {
+        let Some(first) = mats.first() else {
+            return Ok(true);
+        };
+        let input = |i: usize| inputs[if inputs.len() == 1 { 0 } else { i }];
+        let fused = (inputs.len() == 1 || inputs.len() == mats.len())
+            && mats
+                .iter()
+                .enumerate()
+                .all(|(i, m)| first.fuses_with(m) && input(i).m == 1 && m.accepts(input(i)));
+        if !fused {
+            return Ok(false);
+        }
+        let l = &first.layout;
+        if y.len() != mats.len() * l.n {
+            return Err(Error::Shape(format!(
+                "y has {} values, {} outputs of {} need {}",
+                y.len(),
+                mats.len(),
+                l.n,
+                mats.len() * l.n
+            )));
+        }
+        // Matrix i's panels are panels i * per .. (i + 1) * per of one
+        // range, its columns at i * stride of one output row: a panel's
+        // columns then sit at panel * t_b, as the claims and the adoption
+        // of a late worker's columns assume.
+        let (k_pad, n_pad, per) = (l.k_pad, l.n_pad, l.panels());
+        let stride = per * l.t_b;
+        debug_assert_eq!(first.gemv.t_b, l.t_b);
+        let packed: Vec<Arc<I8Packed>> = mats.iter().map(|m| Arc::clone(&m.packed)).collect();
+        let xa: Vec<Arc<QuantizedActivations>> = inputs.iter().map(|q| Arc::clone(&q.xa)).collect();
+        let run = first.gemv_p.run;
+        let mut out = vec![0f32; mats.len() * stride];
+        let width = out.len();
+        crate::panels::over_panels_owned(
+            pool,
+            &first.gemv,
+            k_pad,
+            mats.len() * per,
+            1,
+            width,
+            width,
+            &mut out,
+            Arc::new(move |y, p0, p1| {
+                let mut p = p0;
+                while p < p1 {
+                    let (i, end) = (p / per, p1.min((p / per + 1) * per));
+                    let (w, xa) = (&packed[i], &xa[if xa.len() == 1 { 0 } else { i }]);
+                    // SAFETY: as in `gemm_quantized`, for matrix i: its
+                    // kernel was selected by feature detection, the buffers
+                    // have its layout's sizes and live as long as this
+                    // closure, and the call writes only its panels
+                    // p - i * per .. end - i * per, whose columns lie in
+                    // i * stride .. (i + 1) * stride of the output row.
+                    unsafe {
+                        run(
+                            w.w.as_bytes().as_ptr(),
+                            w.sc.as_ptr(),
+                            xa.q.as_ptr(),
+                            xa.d.as_ptr(),
+                            xa.c.as_ptr(),
+                            y.add(i * stride),
+                            1,
+                            k_pad,
+                            n_pad,
+                            p - i * per,
+                            end - i * per,
+                        )
+                    }
+                    p = end;
+                }
+            }),
+        );
+        for (row, o) in y.chunks_exact_mut(l.n.max(1)).zip(out.chunks_exact(stride)) {
+            row.copy_from_slice(&o[..l.n]);
+        }
+        Ok(true)
+    }
+}
+
 /// Zero-point terms of a format whose blocks hold only a scale (8-bit GPTQ
 /// on Q8_0 blocks): `W[i][j] = s (q - z) = s (q - 128) + s (128 - z)`, the
 /// first part in the blocks, the second, `c[g][j] = s (128 - z)` per group
