@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The runtime's kernel tests cross-compiled for aarch64 and run under
 # qemu-user, as on an Arm server: NEON, dotprod (sdot) and portable kernels
+# (and the routed expert GEMVs of `model.rs`, on each of them)
 # against the oracle. Runs once per CPU model in QEMU_CPUS (default
 # `max neoverse-n1 cortex-a57`: everything qemu implements, an Armv8.2 server
 # core with dotprod, and an Armv8.0 core without it, where dispatch must fall
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-tests=(--test kernels --test aarch64_neon --test int8 --test int8_formats)
+tests=(--test kernels --test aarch64_neon --test int8 --test int8_formats --test model)
 cpus=${QEMU_CPU:-${QEMU_CPUS:-max neoverse-n1 cortex-a57}}
 for cpu in $cpus; do
     echo "== qemu-aarch64 -cpu $cpu"

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-tests=(--test int8 --test int8_formats --test aarch64_neon --test aarch64_sve)
+tests=(--test int8 --test int8_formats --test aarch64_neon --test aarch64_sve --test model)
 cpus=${QEMU_SVE_CPUS:-max,sve256=on max,sve128=on}
 for cpu in $cpus; do
     echo "== qemu-aarch64 -cpu $cpu"
