@@ -1,7 +1,7 @@
 // Peer benchmark: llama.cpp's CPU matmul (ggml_mul_mat, quantized weights x
 // f32 activations) through the ggml CPU backend, for the weight types kgen's
 // int8 family runs (--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q2_k..q6_k,
-// tq1_0,tq2_0; the weights are made by
+// tq1_0,tq2_0,mxfp4; the weights are made by
 // ggml_quantize_chunk), in two modes:
 //
 //   plain   the weight lives in an ordinary CPU buffer; ggml quantizes the
@@ -69,6 +69,7 @@ const std::vector<std::pair<std::string, ggml_type>> kTypes = {
     {"q3_k", GGML_TYPE_Q3_K},
     {"tq1_0", GGML_TYPE_TQ1_0},
     {"tq2_0", GGML_TYPE_TQ2_0},
+    {"mxfp4", GGML_TYPE_MXFP4},
 };
 
 struct Options {
@@ -100,7 +101,7 @@ std::vector<std::string> split(const std::string & s, char sep) {
 [[noreturn]] void usage(const char * msg) {
     fprintf(stderr, "bench_mul_mat: %s\n", msg);
     fprintf(stderr,
-            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0] [--modes plain,repack]\n"
+            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0,mxfp4] [--modes plain,repack]\n"
             "                     [--shapes KxN,...] [--m 1,8,32,128] [--threads 1,2] [--min-time S]\n"
             "                     [--min-reps N] [--max-reps N] [--warmup N] [--poll 0..100] [--no-check]\n");
     exit(2);
@@ -118,7 +119,7 @@ Options parse(int argc, char ** argv) {
             o.types.clear();
             for (auto & t : split(val(), ',')) {
                 auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto & p) { return p.first == t; });
-                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, iq4_xs, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0)").c_str());
+                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, iq4_xs, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0, mxfp4)").c_str());
                 o.types.push_back(*it);
             }
         } else if (a == "--modes") {

@@ -80,7 +80,7 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
     }
 }
 
-/// IQ4_NL and Q5_0 have no sve256 kernels (the asm emitter has no table
+/// IQ4_NL, MXFP4 and Q5_0 have no sve256 kernels (the asm emitter has no table
 /// lookup and no 5-bit unpack): at any vector length they run on i8mm or
 /// dotprod, and forcing sve256 is an error, never a wrong kernel. The
 /// kernels they fall back to match the oracle here (at 256-bit SVE too).
@@ -90,7 +90,7 @@ fn iq4_nl_and_q5_0_fall_back_from_sve256() {
         return;
     }
     let reg = Registry::builtin();
-    for format in ["iq4_nl", "q5_0"] {
+    for format in ["iq4_nl", "mxfp4", "q5_0"] {
         if !common::i8_format_built(format) {
             continue;
         }

@@ -1,5 +1,5 @@
 //! GGUF tensors gguf-py wrote, end to end through `Matrix::from_gguf` and
-//! the int8 kernels: Q4_0 / Q5_0 / Q8_0 / IQ4_NL / IQ4_XS results against numpy and
+//! the int8 kernels: Q4_0 / Q5_0 / Q8_0 / IQ4_NL / IQ4_XS / MXFP4 results against numpy and
 //! the exact oracle on every ISA here, kgen's own IQ4_NL bytes through
 //! gguf-py's writer and back, and float tensors refused. See
 //! `gguf_py/mod.rs` for what the writer script needs.
@@ -13,7 +13,7 @@ use gguf_py::{
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen_runtime::gguf::GgufFile;
 
-/// End to end: Q4_0 / Q5_0 / Q8_0 tensors written by gguf-py (and raw
+/// End to end: Q4_0 / Q5_0 / Q8_0 / MXFP4 tensors written by gguf-py (and raw
 /// IQ4_NL and IQ4_XS ones), loaded and repacked by
 /// `Matrix::from_gguf`, multiplied by the int8 kernels, against numpy's
 /// float32 `x @ deq.T` of gguf-py's dequantized weights. The kernels quantize
@@ -31,6 +31,7 @@ fn int8_kernels_match_numpy_on_gguf_py_files() {
             && ((e.dtype == GgmlType::Q4_0 || e.dtype == GgmlType::Q8_0)
                 || (e.dtype == GgmlType::IQ4_NL && common::i8_format_built("iq4_nl"))
                 || (e.dtype == GgmlType::IQ4_XS && common::i8_format_built("iq4_xs"))
+                || (e.dtype == GgmlType::MXFP4 && common::i8_format_built("mxfp4"))
                 || (e.dtype == GgmlType::Q5_0 && common::i8_format_built("q5_0")))
     }) {
         let qm = kgen_runtime::Matrix::from_gguf(file(&e.file), &e.name).unwrap();

@@ -12,6 +12,7 @@
 use crate::format::ggml::float;
 use crate::format::ggml::iq4_nl;
 use crate::format::ggml::iq4_xs;
+use crate::format::ggml::mxfp4;
 use crate::format::ggml::q2_k;
 use crate::format::ggml::q3_k;
 use crate::format::ggml::q4_0;
@@ -36,6 +37,7 @@ pub const FORMATS: &[&Format] = &[
     &q8_0::Q8_0,
     &iq4_nl::IQ4_NL,
     &iq4_xs::IQ4_XS,
+    &mxfp4::MXFP4,
     &q4_1::Q4_1,
     &q5_1::Q5_1,
     &q2_k::Q2_K,
@@ -58,6 +60,7 @@ impl GgmlType {
     pub const Q8_0: GgmlType = GgmlType(&q8_0::Q8_0);
     pub const IQ4_NL: GgmlType = GgmlType(&iq4_nl::IQ4_NL);
     pub const IQ4_XS: GgmlType = GgmlType(&iq4_xs::IQ4_XS);
+    pub const MXFP4: GgmlType = GgmlType(&mxfp4::MXFP4);
     pub const Q4_1: GgmlType = GgmlType(&q4_1::Q4_1);
     pub const Q5_1: GgmlType = GgmlType(&q5_1::Q5_1);
     pub const Q2_K: GgmlType = GgmlType(&q2_k::Q2_K);

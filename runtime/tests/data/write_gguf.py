@@ -4,7 +4,7 @@
 Usage: write_gguf.py --out DIR
 
 DIR/model.gguf       (default alignment 32) and DIR/align64.gguf (alignment 64)
-hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / TQ1_0 / TQ2_0 matrices quantized by
+hold F32 / F16 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 / MXFP4 / TQ1_0 / TQ2_0 matrices quantized by
 gguf.quants.quantize, IQ4_NL, IQ4_XS and K-quant (Q2_K .. Q6_K) matrices of raw blocks
 (gguf-py cannot quantize those: random levels and f16 scales, written with
 raw_dtype and dequantized by gguf-py), plus metadata of every value type
@@ -256,6 +256,7 @@ def model(out):
             add(w, out, fname, f"blk.k{k}.n{n}.q5_0", wt, T.Q5_0)
             add(w, out, fname, f"blk.k{k}.n{n}.q4_1", wt, T.Q4_1)
             add(w, out, fname, f"blk.k{k}.n{n}.q5_1", wt, T.Q5_1)
+            add(w, out, fname, f"blk.k{k}.n{n}.mxfp4", wt, T.MXFP4)
     # Ternary (BitNet b1.58) types, which gguf-py quantizes too.
     for k in (256, 512):
         for n in (1, 3, 40):
@@ -272,6 +273,9 @@ def model(out):
     add(w, out, fname, "edge.q5_0", e, T.Q5_0)
     add(w, out, fname, "edge.q4_1", e, T.Q4_1)
     add(w, out, fname, "edge.q5_1", e, T.Q5_1)
+    # No special.mxfp4: gguf-py takes an infinite block's exponent through
+    # numpy's float-to-uint8 cast, which C leaves undefined.
+    add(w, out, fname, "edge.mxfp4", e, T.MXFP4)
     add(w, out, fname, "edge.f16", e, T.F16)
     add(w, out, fname, "edge.tq1_0", e, T.TQ1_0)
     add(w, out, fname, "edge.tq2_0", e, T.TQ2_0)

@@ -137,9 +137,12 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
         // range (`d * sc` of the K-quants, IQ4_XS's `d * (ls - 32)`); the
         // int8 layout stores them as
         // f16, so those are checked too.
+        // Formats whose scales are not plain f16 fields (MXFP4's exponent
+        // byte) are checked through `sub_scale` in every block.
+        let no_f16 = fmt.scale_offsets.is_empty();
         let derived = fmt
             .int8
-            .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1)
+            .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1 || no_f16)
             .map(|r| (r.sub_scale, r.scales_per_block));
         let (per_row, row_bytes) = (self.blocks_per_row(), self.row_bytes());
         let bytes = &self.bytes()[rows.start * row_bytes..rows.end * row_bytes];
@@ -170,12 +173,14 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
             // Sub-block scales are the block's f16 scales times integers
             // below 256 in magnitude: only scales above 256 can leave f16's
             // range (65504), so only those blocks need the full check.
-            if let Some((sub_scale, spb)) = derived.filter(|_| largest > F16_256) {
+            if let Some((sub_scale, spb)) = derived.filter(|_| largest > F16_256 || no_f16) {
                 for s in 0..fmt.block / QK * spb {
                     let (d, m) = sub_scale(blk, s);
                     for v in [d, m] {
                         if !half::f16::from_f32(v).is_finite() {
-                            return Err(bad(&format!("sub-block {s} scale"), v));
+                            // The kernels take f16 scales.
+                            let what = format!("sub-block {s} scale (as an f16)");
+                            return Err(bad(&what, v));
                         }
                     }
                 }
@@ -211,10 +216,17 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
     /// wherever the format keeps it), converted to f32 (1.0 for the float
     /// types).
     pub fn scale(&self, row: usize, blk: usize) -> f32 {
-        if self.dtype.is_quantized() {
-            read_f16(&self.block(row, blk)[self.dtype.format().scale_offsets[0]..])
-        } else {
-            1.0
+        let (fmt, block) = (self.dtype.format(), self.block(row, blk));
+        match (
+            self.dtype.is_quantized(),
+            fmt.scale_offsets.first(),
+            fmt.int8,
+        ) {
+            (false, ..) => 1.0,
+            (true, Some(&at), _) => read_f16(&block[at..]),
+            // No f16 field (MXFP4's exponent byte): its first sub-block's.
+            (true, None, Some(r)) => (r.sub_scale)(block, 0).0,
+            (true, None, None) => 1.0,
         }
     }
 

@@ -8,6 +8,7 @@ pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod kquant;
 pub mod matrix;
+pub mod mxfp4;
 pub mod numpy;
 pub mod q2_k;
 pub mod q3_k;

@@ -75,6 +75,11 @@ fn round_trips_within_half_a_step() {
                         // maps near 113: 0.106 amax, plus the 6-bit
                         // rounding of the fitted scales (0.113 measured).
                         "iq4_xs" => amax * 0.15,
+                        // d = 2^(floor(log2 amax) - 3): amax lies in 8 d ..
+                        // 16 d, and the top level is 12 d, so the largest
+                        // values clip by under 4 d (the widest gap, 8 to
+                        // 12, leaves 2 d).
+                        "mxfp4" => d * 4.0,
                         // Half a step from the f32 d and min, plus their
                         // f16 rounding (over 15 / 31 steps for d).
                         "q4_1" => d * (0.5 + 15.0 / 2048.0) + min() / 2048.0,
