@@ -214,7 +214,8 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
 
     /// The scale `d` of a quantized block (the K-quants: of the super-block,
     /// wherever the format keeps it), converted to f32 (1.0 for the float
-    /// types).
+    /// types; for MXFP4, which has no f16 field, its `sub_scale`: 0 for a
+    /// block of zero codes).
     pub fn scale(&self, row: usize, blk: usize) -> f32 {
         let (fmt, block) = (self.dtype.format(), self.block(row, blk));
         match (

@@ -9,6 +9,7 @@
 //! gguf-py quantizes and dequantizes MXFP4; kgen's codec is bit for bit
 //! the same (`runtime/tests/gguf_codec.rs`).
 
+use crate::format::ggml::numpy::np_cast_i64;
 use crate::format::ggml::q4_0::q4_0_order;
 use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, QK};
 
@@ -87,10 +88,10 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
         .try_fold(0f32, |a, v| (!v.is_nan()).then(|| a.max(v.abs())))
         .unwrap_or(f32::NAN);
     let e = if amax > 0.0 {
-        // f32 log2 as numpy takes it on the f32 block; the exponent byte
-        // wraps as numpy's cast to uint8 does on x86 for the (absurd)
-        // magnitudes outside 2^-125 .. 2^129.
-        ((amax.log2().floor() - 2.0 + 127.0) as i32) as u8
+        // f32 log2 as numpy takes it on the f32 block, and numpy's cast to
+        // uint8 on x86: the exponent wraps for magnitudes below 2^-125 and
+        // is 0 for an infinite one.
+        np_cast_i64(amax.log2().floor() - 2.0 + 127.0) as u8
     } else {
         0
     };
@@ -135,9 +136,17 @@ mod tests {
         let mut y = [0f32; QK];
         dequantize(&b, &mut y);
         assert_eq!(&y[..], &x[..]);
-        // Zeros take code 0, never 8 (-0).
-        let mut z = Vec::new();
-        quantize(&[0.0; QK], &mut z);
-        assert!(z.iter().all(|&v| v == 0), "{z:?}");
+        // Zeros take code 0, never 8 (-0). So does a block with an
+        // infinity, as in gguf-py: exponent 0 (numpy's cast of inf), and
+        // every |2^-128 level - x| rounds to |x|, the first code wins.
+        for x in [[0.0; QK], [1.0; QK]] {
+            let mut x = x;
+            if x[0] != 0.0 {
+                x[5] = f32::NEG_INFINITY;
+            }
+            let mut z = Vec::new();
+            quantize(&x, &mut z);
+            assert!(z.iter().all(|&v| v == 0), "{z:?}");
+        }
     }
 }
