@@ -221,13 +221,11 @@ impl Experts {
         y: &mut [f32],
     ) -> Result<(), Error> {
         let (k, n) = (self.k, self.n);
-        if m <= 1 {
-            // One token: the fused GEMV of its picks (or nothing).
-            self.check(ids, m * k, x.len(), y.len())?;
-            return match m {
-                0 => Ok(()),
-                _ => self.gemv_selected_on(pool, ids, x, y),
-            };
+        match m {
+            0 => return self.check(ids, 0, x.len(), y.len()),
+            // One token: the fused GEMV of its picks (which checks the rest).
+            1 => return self.gemv_selected_on(pool, ids, x, y),
+            _ => {}
         }
         if !ids.len().is_multiple_of(m) {
             return Err(Error::Shape(format!(

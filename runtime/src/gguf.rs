@@ -696,28 +696,34 @@ impl GgufFile {
         }
     }
 
-    /// The byte range of expert `expert` of the 3-D tensor `name`.
-    fn expert_range(&self, name: &str, expert: usize) -> Result<(usize, usize), GgufError> {
+    /// The number of matrices the 3-D tensor `name` stacks, or why it is
+    /// not a stack kgen loads: not 3-D, no matrices, or more than
+    /// [`MAX_STACK`] (a corrupt count, refused before anything is read).
+    pub(crate) fn stack_len(&self, name: &str) -> Result<usize, GgufError> {
         let t = self.find(name)?;
-        let experts = t.experts().ok_or_else(|| {
-            self.err(
+        match t.experts() {
+            None => Err(self.err(
                 name,
                 &format!(
                     "has {} dimensions {:?}, a stack of experts needs 3",
                     t.dims.len(),
                     t.dims
                 ),
-            )
-        })?;
-        if experts == 0 {
-            return Err(self.err(name, "is a stack of no matrices"));
-        }
-        if experts > MAX_STACK {
-            return Err(self.err(
+            )),
+            Some(0) => Err(self.err(name, "is a stack of no matrices")),
+            Some(c) if c > MAX_STACK => Err(self.err(
                 name,
-                &format!("claims a stack of {experts} matrices; kgen loads at most {MAX_STACK}"),
-            ));
+                &format!("claims a stack of {c} matrices; kgen loads at most {MAX_STACK}"),
+            )),
+            // At most MAX_STACK: fits in usize.
+            Some(c) => Ok(c as usize),
         }
+    }
+
+    /// The byte range of expert `expert` of the 3-D tensor `name`.
+    fn expert_range(&self, name: &str, expert: usize) -> Result<(usize, usize), GgufError> {
+        let t = self.find(name)?;
+        let experts = self.stack_len(name)? as u64;
         if expert as u64 >= experts {
             return Err(self.err(
                 name,

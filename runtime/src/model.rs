@@ -23,7 +23,7 @@ use crate::dispatch::Registry;
 use crate::error::Error;
 use crate::experts::Experts;
 use crate::format::WeightFormat;
-use crate::gguf::{GgufFile, TensorInfo, MAX_STACK};
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::matrix::Matrix;
 use crate::pool::Pool;
 use kgen::format::ggml::{self, GgmlType};
@@ -153,24 +153,9 @@ impl Model {
     /// The number of matrices the 3-D tensor `name` stacks, or why it is
     /// not a stack kgen loads (a file's error: [`Error::Load`]).
     fn stack(&self, name: &str) -> Result<usize, Error> {
-        let at = |msg: String| Error::Load(format!("{}: tensor {name:?} {msg}", self.path()));
-        let t = self
-            .file
-            .tensor_info(name)
-            .ok_or_else(|| at("is not in the file".into()))?;
-        match t.experts() {
-            None => Err(at(format!(
-                "has {} dimensions {:?}, a stack of experts needs 3",
-                t.dims.len(),
-                t.dims
-            ))),
-            Some(0) => Err(at("is a stack of no matrices".into())),
-            Some(c) if c > MAX_STACK => Err(at(format!(
-                "claims a stack of {c} matrices; kgen loads at most {MAX_STACK}"
-            ))),
-            // At most MAX_STACK: fits in usize.
-            Some(c) => Ok(c as usize),
-        }
+        self.file
+            .stack_len(name)
+            .map_err(|e| Error::Load(e.to_string()))
     }
 
     /// A tensor of a type kgen's format table lacks is unsupported, not
