@@ -118,7 +118,7 @@ fi
 # llama.cpp's formats: the GGUF types its bench knows (kgen's own k1 / k2_*
 # have no peer there).
 LLAMA_FORMATS="$(tr ',' '\n' <<< "$FORMATS" \
-    | grep -xE 'q4_0|q8_0|q5_0|iq4_nl|iq4_xs|q4_1|q5_1|q4_k|q5_k|q6_k|q3_k|q2_k|tq1_0|tq2_0|mxfp4' \
+    | grep -xE 'q4_0|q8_0|q5_0|iq4_nl|iq4_xs|q4_1|q5_1|q4_k|q5_k|q6_k|q3_k|q2_k|tq1_0|tq2_0|mxfp4|iq1_s|iq1_m|iq2_xxs|iq2_xs|iq2_s|iq3_xxs|iq3_s' \
     | paste -sd, -)" || true
 # candle's formats: the GGUF ones it has, plus its Q4K as the 4-bit reference.
 CANDLE_FORMATS="$FORMATS"

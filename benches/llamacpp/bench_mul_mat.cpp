@@ -1,8 +1,9 @@
 // Peer benchmark: llama.cpp's CPU matmul (ggml_mul_mat, quantized weights x
 // f32 activations) through the ggml CPU backend, for the weight types kgen's
 // int8 family runs (--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q2_k..q6_k,
-// tq1_0,tq2_0,mxfp4; the weights are made by
-// ggml_quantize_chunk), in two modes:
+// tq1_0,tq2_0,mxfp4, iq1_s,iq1_m,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s; the
+// weights are made by ggml_quantize_chunk, with a uniform importance matrix
+// for the types that require one), in two modes:
 //
 //   plain   the weight lives in an ordinary CPU buffer; ggml quantizes the
 //           activations to the type's vec_dot type (Q8_0, Q8_1 for Q4_1 / Q5_1,
@@ -70,6 +71,13 @@ const std::vector<std::pair<std::string, ggml_type>> kTypes = {
     {"tq1_0", GGML_TYPE_TQ1_0},
     {"tq2_0", GGML_TYPE_TQ2_0},
     {"mxfp4", GGML_TYPE_MXFP4},
+    {"iq1_s", GGML_TYPE_IQ1_S},
+    {"iq1_m", GGML_TYPE_IQ1_M},
+    {"iq2_xxs", GGML_TYPE_IQ2_XXS},
+    {"iq2_xs", GGML_TYPE_IQ2_XS},
+    {"iq2_s", GGML_TYPE_IQ2_S},
+    {"iq3_xxs", GGML_TYPE_IQ3_XXS},
+    {"iq3_s", GGML_TYPE_IQ3_S},
 };
 
 struct Options {
@@ -101,7 +109,7 @@ std::vector<std::string> split(const std::string & s, char sep) {
 [[noreturn]] void usage(const char * msg) {
     fprintf(stderr, "bench_mul_mat: %s\n", msg);
     fprintf(stderr,
-            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0,mxfp4] [--modes plain,repack]\n"
+            "usage: bench_mul_mat [--type q4_0,q8_0,q5_0,iq4_nl,iq4_xs,q4_1,q5_1,q4_k,q5_k,q6_k,q3_k,q2_k,tq1_0,tq2_0,mxfp4,iq1_s,iq1_m,iq2_xxs,iq2_xs,iq2_s,iq3_xxs,iq3_s] [--modes plain,repack]\n"
             "                     [--shapes KxN,...] [--m 1,8,32,128] [--threads 1,2] [--min-time S]\n"
             "                     [--min-reps N] [--max-reps N] [--warmup N] [--poll 0..100] [--no-check]\n");
     exit(2);
@@ -119,7 +127,7 @@ Options parse(int argc, char ** argv) {
             o.types.clear();
             for (auto & t : split(val(), ',')) {
                 auto it = std::find_if(kTypes.begin(), kTypes.end(), [&](const auto & p) { return p.first == t; });
-                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, iq4_xs, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0, mxfp4)").c_str());
+                if (it == kTypes.end()) usage(("unknown type " + t + " (q4_0, q8_0, q5_0, iq4_nl, iq4_xs, q4_1, q5_1, q4_k, q5_k, q6_k, q3_k, q2_k, tq1_0, tq2_0, mxfp4, iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s)").c_str());
                 o.types.push_back(*it);
             }
         } else if (a == "--modes") {
@@ -268,7 +276,11 @@ int main(int argc, char ** argv) {
             }
             const size_t qbytes = ggml_row_size(type, K) * N;
             std::vector<uint8_t> wq(qbytes);
-            size_t written = ggml_quantize_chunk(type, wf.data(), wq.data(), 0, N, K, nullptr);
+            // IQ1_S, IQ2_XXS and IQ2_XS refuse to quantize without an
+            // importance matrix: a uniform one weighs every column alike.
+            std::vector<float> imatrix((size_t) K, 1.0f);
+            const float * im = ggml_quantize_requires_imatrix(type) ? imatrix.data() : nullptr;
+            size_t written = ggml_quantize_chunk(type, wf.data(), wq.data(), 0, N, K, im);
             if (written != qbytes) {
                 fprintf(stderr, "quantize wrote %zu bytes, expected %zu\n", written, qbytes);
                 return 1;

@@ -494,7 +494,7 @@ mod tests {
         assert_eq!(f.int8, ["q4_0", "iq4_nl", "q8_0", "q4_k"]);
         assert_eq!(f.f32, [(4, Group::Size(32))]);
         assert_eq!(parse_specs("all").unwrap().int8, int8_format_tags());
-        let e = parse_specs("iq2_xxs").unwrap_err().to_string();
+        let e = parse_specs("q8_k").unwrap_err().to_string();
         assert!(e.contains("iq4_nl"), "{e}");
         assert_eq!(Config::new().int8(8).int8, ["q8_0"]);
     }

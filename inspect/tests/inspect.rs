@@ -75,15 +75,12 @@ fn a_supported_file_is_ok_with_check_and_json() {
 fn unsupported_types_and_bad_files_fail() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kq.gguf");
-    // IQ2_XXS (type 16), which kgen has no kernel for: 512 values, 132 bytes.
-    let bytes = gguf_image_raw(&[("kq", 16, &[256, 2], &[0u8; 132])]);
+    // Q8_K (type 15), which kgen has no kernel for: 512 values, 584 bytes.
+    let bytes = gguf_image_raw(&[("kq", 15, &[256, 2], &[0u8; 584])]);
     std::fs::write(&path, &bytes).unwrap();
     let (code, out, _) = inspect(&[path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("IQ2_XXS") && out.contains("unsupported"),
-        "{out}"
-    );
+    assert!(out.contains("Q8_K") && out.contains("unsupported"), "{out}");
     assert!(out.contains("NOT OK"), "{out}");
 
     std::fs::write(&path, b"GGUF\x03").unwrap();
@@ -148,14 +145,11 @@ fn expert_stacks_are_loaded_and_checked_per_expert() {
     let e = q4k["max_rel_error"].as_f64().unwrap();
     assert!(e > 0.0 && e < 2e-2, "{e}");
 
-    // IQ2_XXS experts (type 16, 256 values in 66 bytes): unsupported.
-    let bad = dir.path().join("iq2.gguf");
-    let image = gguf_image_raw(&[("blk.0.ffn_up_exps.weight", 16, &[256, 1, 2], &[0u8; 132])]);
+    // Q8_K experts (type 15, 256 values in 292 bytes): unsupported.
+    let bad = dir.path().join("q8k.gguf");
+    let image = gguf_image_raw(&[("blk.0.ffn_up_exps.weight", 15, &[256, 1, 2], &[0u8; 584])]);
     std::fs::write(&bad, &image).unwrap();
     let (code, out, _) = inspect(&[bad.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(
-        out.contains("IQ2_XXS") && out.contains("unsupported"),
-        "{out}"
-    );
+    assert!(out.contains("Q8_K") && out.contains("unsupported"), "{out}");
 }

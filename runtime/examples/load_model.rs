@@ -16,7 +16,10 @@
 //! `moe` a mixture-of-experts one shaped like Qwen3-30B-A3B's layers
 //! (hidden size 2048, 128 experts of FFN size 768 stored as 3-D tensors:
 //! Q4_K gate and up, Q6_K down; Q4_K attention with a Q6_K value
-//! projection, an F32 router). Linux only for the memory figures
+//! projection, an F32 router), or with `iq` an i-quant one like
+//! llama.cpp's IQ2 / IQ1 files (IQ2_XXS, IQ2_S or IQ1_S attention and
+//! gate / up by layer, IQ1_S every other key projection, IQ3_S or IQ4_XS
+//! values, IQ3_XXS or IQ2_XS down). Linux only for the memory figures
 //! (`/proc/self/status`).
 
 use kgen::format::ggml::{gguf_header, GGUF_ALIGN};
@@ -29,31 +32,34 @@ const N: usize = 11008;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = match args.as_slice() {
-        [flag, path, gib] if flag == "--write" => {
-            write_q4_0(path, gib.parse()?)?;
-            return Ok(());
-        }
-        [flag, path, gib] if flag == "--write-mix" => {
-            write_mix(path, gib.parse()?, Mix::Q4KM)?;
-            return Ok(());
-        }
-        [flag, path, gib, mix] if flag == "--write-mix" && mix == "q2_k" => {
-            write_mix(path, gib.parse()?, Mix::Q2K)?;
-            return Ok(());
-        }
-        [flag, path, gib, mix] if flag == "--write-mix" && mix == "moe" => {
-            write_mix(path, gib.parse()?, Mix::Moe)?;
-            return Ok(());
-        }
-        [path] => path.clone(),
-        _ => {
-            return Err(
-                "usage: load_model [--write PATH GIB | --write-mix PATH GIB [q2_k|moe] | PATH]"
+    let path =
+        match args.as_slice() {
+            [flag, path, gib] if flag == "--write" => {
+                write_q4_0(path, gib.parse()?)?;
+                return Ok(());
+            }
+            [flag, path, gib] if flag == "--write-mix" => {
+                write_mix(path, gib.parse()?, Mix::Q4KM)?;
+                return Ok(());
+            }
+            [flag, path, gib, mix] if flag == "--write-mix" && mix == "q2_k" => {
+                write_mix(path, gib.parse()?, Mix::Q2K)?;
+                return Ok(());
+            }
+            [flag, path, gib, mix] if flag == "--write-mix" && mix == "moe" => {
+                write_mix(path, gib.parse()?, Mix::Moe)?;
+                return Ok(());
+            }
+            [flag, path, gib, mix] if flag == "--write-mix" && mix == "iq" => {
+                write_mix(path, gib.parse()?, Mix::Iq)?;
+                return Ok(());
+            }
+            [path] => path.clone(),
+            _ => return Err(
+                "usage: load_model [--write PATH GIB | --write-mix PATH GIB [q2_k|moe|iq] | PATH]"
                     .into(),
-            )
-        }
-    };
+            ),
+        };
     let size = std::fs::metadata(&path)?.len();
     let before = status("VmRSS:");
     let start = Instant::now();
@@ -137,6 +143,7 @@ enum Mix {
     Q4KM,
     Q2K,
     Moe,
+    Iq,
 }
 
 /// A GGUF v3 file of Q4_K_M-like (or Q2_K-like, or mixture-of-experts)
@@ -163,7 +170,13 @@ fn write_mix(path: &str, gib: f64, mix: Mix) -> std::io::Result<()> {
                 t("ffn_down_exps", GgmlType::Q6_K, &[f, h, e]),
             ];
         }
-        let (main, v, down) = if mix == Mix::Q2K {
+        let (main, v, down) = if mix == Mix::Iq {
+            (
+                [GgmlType::IQ2_XXS, GgmlType::IQ2_S, GgmlType::IQ1_S][i % 3],
+                [GgmlType::IQ3_S, GgmlType::IQ4_XS][i % 2],
+                [GgmlType::IQ3_XXS, GgmlType::IQ2_XS][i % 2],
+            )
+        } else if mix == Mix::Q2K {
             let v = if i.is_multiple_of(2) {
                 GgmlType::Q3_K
             } else {
@@ -186,7 +199,15 @@ fn write_mix(path: &str, gib: f64, mix: Mix) -> std::io::Result<()> {
         vec![
             t("attn_norm", GgmlType::F32, &[K, 1]),
             t("attn_q", main, &[K, K]),
-            t("attn_k", main, &[K, K]),
+            t(
+                "attn_k",
+                if mix == Mix::Iq && i.is_multiple_of(2) {
+                    GgmlType::IQ1_S
+                } else {
+                    main
+                },
+                &[K, K],
+            ),
             t("attn_v", v, &[K, K]),
             t("attn_output", main, &[K, K]),
             t("ffn_norm", GgmlType::F32, &[K, 1]),

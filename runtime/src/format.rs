@@ -299,7 +299,7 @@ mod tests {
     #[test]
     fn bad_names_say_what_is_wrong() {
         for (name, says) in [
-            ("iq2_xxs", "unknown weight format `iq2_xxs`"),
+            ("iq9_x", "unknown weight format `iq9_x`"),
             ("q8_k", "q4_0"),
             ("5:32", "5 weight bits"),
             ("4:48", "48"),

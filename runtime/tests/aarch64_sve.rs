@@ -80,8 +80,9 @@ fn sve256_is_selected_exactly_at_256_bit_sve() {
     }
 }
 
-/// IQ4_NL, MXFP4 and Q5_0 have no sve256 kernels (the asm emitter has no table
-/// lookup and no 5-bit unpack): at any vector length they run on i8mm or
+/// The codebook formats (IQ4_NL, MXFP4, the lattice i-quants) and Q5_0 have
+/// no sve256 kernels (the asm emitter has no table lookup and no 5-bit
+/// unpack): at any vector length they run on i8mm or
 /// dotprod, and forcing sve256 is an error, never a wrong kernel. The
 /// kernels they fall back to match the oracle here (at 256-bit SVE too).
 #[test]
@@ -90,7 +91,10 @@ fn iq4_nl_and_q5_0_fall_back_from_sve256() {
         return;
     }
     let reg = Registry::builtin();
-    for format in ["iq4_nl", "mxfp4", "q5_0"] {
+    for format in [
+        "iq4_nl", "mxfp4", "q5_0", "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs",
+        "iq3_s",
+    ] {
         if !common::i8_format_built(format) {
             continue;
         }
@@ -99,8 +103,9 @@ fn iq4_nl_and_q5_0_fall_back_from_sve256() {
             .iter()
             .any(|e| e.format == format && e.isa == "sve256"));
         let dtype = kgen::format::ggml::GgmlType(kgen::format::by_tag(format).unwrap());
-        let wf = Rng::new(3).vec_f32(96 * 40);
-        let w = kgen::format::ggml::GgmlMatrix::quantize(&wf, 96, 40, dtype);
+        let k = 96usize.next_multiple_of(dtype.block_values());
+        let wf = Rng::new(3).vec_f32(k * 40);
+        let w = kgen::format::ggml::GgmlMatrix::quantize(&wf, k, 40, dtype);
         let e = Matrix::from_ggml_with(&reg.with_isa(Some("sve256")), &w).unwrap_err();
         assert!(
             e.to_string()
@@ -118,10 +123,10 @@ fn iq4_nl_and_q5_0_fall_back_from_sve256() {
         assert_eq!(best.gemv_kernel().isa, want, "{format}");
         assert_eq!(best.gemm_kernel().isa, want, "{format}");
         for m in [1usize, 2, 5, 9] {
-            let x = Rng::new(m as u64).vec_f32(m * 96);
+            let x = Rng::new(m as u64).vec_f32(m * k);
             let mut y = vec![f32::NAN; m * 40];
             best.gemm(&x, m, &mut y).unwrap();
-            common::check_i8(&w, &x, 96, m, &y, &format!("{format} {want} rows {m}"));
+            common::check_i8(&w, &x, k, m, &y, &format!("{format} {want} rows {m}"));
         }
     }
 }

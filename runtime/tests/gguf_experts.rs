@@ -92,8 +92,14 @@ fn expert_stacks_written_by_gguf_py_load_and_match_numpy() {
                 };
                 assert_bits_eq(&what, &read.dequantize(), &w_kn, n);
                 let qm = stack.get(e).unwrap();
-                let y =
-                    assert_gemv_near_numpy(&what, qm, x, slice(&deq, e, k * n), slice(&y_np, e, n));
+                let y = assert_gemv_near_numpy(
+                    &what,
+                    qm,
+                    x,
+                    slice(&deq, e, k * n),
+                    slice(&y_np, e, n),
+                    &[],
+                );
                 // The stack's expert is the matrix its blocks make alone.
                 let alone = Matrix::from_ggml(m).unwrap();
                 let mut y_alone = vec![0f32; n];

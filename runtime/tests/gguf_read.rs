@@ -91,7 +91,6 @@ fn unsupported_tensors_are_refused() {
     let path = file("model.gguf").display().to_string();
     for (name, want) in [
         ("unsupported.q8_k", "Q8_K"),
-        ("unsupported.iq2_xxs", "IQ2_XXS"),
         ("norm.weight", "1 dimensions"),
         ("cube.f32", "3 dimensions"),
         ("no.such.tensor", "not in the file"),

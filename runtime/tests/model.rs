@@ -21,14 +21,14 @@ fn open_list_load_one_and_load_all() {
         quantized(64, 16, GgmlType::Q4_0, 1),
         quantized(96, 24, GgmlType::Q8_0, 2),
     );
-    // An IQ2_XXS tensor (type 16), which no kernel runs: 512 values, 132
-    // bytes.
-    let k_quant = [0u8; 132];
+    // A Q8_K tensor (type 15, llama.cpp's activation blocks), which no
+    // kernel runs: 512 values, 584 bytes.
+    let k_quant = [0u8; 584];
     let image = gguf_image_raw(&[
         ("blk.0.a", a.dtype.id(), &[a.k, a.n], &a.data),
         ("blk.0.b", b.dtype.id(), &[b.k, b.n], &b.data),
         ("norm", GgmlType::F32.id(), &[32, 2], &[0u8; 32 * 2 * 4]),
-        ("blk.0.kq", 16, &[256, 2], &k_quant),
+        ("blk.0.kq", 15, &[256, 2], &k_quant),
     ]);
     std::fs::write(&path, image).unwrap();
 
@@ -44,7 +44,7 @@ fn open_list_load_one_and_load_all() {
             ("blk.0.a".into(), "Q4_0".into(), vec![64, 16]),
             ("blk.0.b".into(), "Q8_0".into(), vec![96, 24]),
             ("norm".into(), "F32".into(), vec![32, 2]),
-            ("blk.0.kq".into(), "IQ2_XXS".into(), vec![256, 2]),
+            ("blk.0.kq".into(), "Q8_K".into(), vec![256, 2]),
         ]
     );
 
@@ -57,7 +57,7 @@ fn open_list_load_one_and_load_all() {
     alone.gemv(&x, &mut y2).unwrap();
     assert_eq!(y1, y2);
     let e = model.matrix("blk.0.kq").unwrap_err();
-    assert!(e.to_string().contains("IQ2_XXS"), "{e}");
+    assert!(e.to_string().contains("Q8_K"), "{e}");
     assert!(matches!(model.matrix("nope"), Err(Error::Load(_))));
 
     // All of them: the two quantized matrices, the K-quant reported, the
@@ -131,8 +131,13 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
     let image = gguf_image_raw(&[
         ("blk.0.ffn_up_exps.weight", 2, &[k, n, 4], &stack),
         ("blk.0.attn_q.weight", 2, &[k, n], &dense.data),
-        // IQ2_XXS (type 16, 256 values in 66 bytes): no kernel.
-        ("blk.1.ffn_up_exps.weight", 16, &[256, 1, 3], &[0u8; 66 * 3]),
+        // Q8_K (type 15, 256 values in 292 bytes): no kernel.
+        (
+            "blk.1.ffn_up_exps.weight",
+            15,
+            &[256, 1, 3],
+            &[0u8; 292 * 3],
+        ),
     ]);
     std::fs::write(&path, image).unwrap();
     let model = Model::open(&path).unwrap();
@@ -197,10 +202,10 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
     assert!(e.contains("a stack of 4 experts"), "{e}");
     let e = model.experts("blk.1.ffn_up_exps.weight").unwrap_err();
     assert!(
-        matches!(e, Error::Unsupported(_)) && e.to_string().contains("IQ2_XXS"),
+        matches!(e, Error::Unsupported(_)) && e.to_string().contains("Q8_K"),
         "{e}"
     );
-    // load_all: the dense matrix, the stack, the IQ2_XXS stack reported once.
+    // load_all: the dense matrix, the stack, the Q8_K stack reported once.
     let all = model.load_all(&Pool::new(2)).unwrap();
     assert_eq!(all.matrices.len(), 1);
     assert_eq!(all.experts["blk.0.ffn_up_exps.weight"].len(), 4);

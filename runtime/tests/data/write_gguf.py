@@ -172,10 +172,13 @@ def iq4_nl_edge_blocks(k):
     return b
 
 
-# Byte offsets of each K-quant's (and IQ4_XS's) f16 super-block scales (d,
-# and dmin where the type has one), and the largest |d| (an f16) whose
-# sub-block scales d * sc stay within f16 (6-bit unsigned scales: 63; Q6_K's
-# i8: 128; Q3_K's and IQ4_XS's 6-bit minus 32: 32; Q2_K's 4-bit: 15).
+# Byte offsets of each K-quant's (IQ4_XS's, the lattice i-quants') f16
+# super-block scales (d, and dmin where the type has one), and the largest
+# |d| (an f16) whose sub-block scales d * sc stay within f16 (6-bit unsigned
+# scales: 63; Q6_K's i8: 128; Q3_K's and IQ4_XS's 6-bit minus 32: 32; Q2_K's
+# 4-bit: 15; IQ2's (0.5 + 15) / 4, IQ3_XXS's (0.5 + 15) / 2, IQ3_S's 31, and
+# IQ1's 15 / 8, the scale kgen's kernels take). IQ1_M (offsets None) spreads
+# its f16 d over the top nibbles of the four u16 scale words at byte 48.
 KQUANT_SCALES = {
     T.IQ4_XS: ([0], 2047.0),
     T.Q2_K: ([80, 82], 4364.0),
@@ -183,40 +186,73 @@ KQUANT_SCALES = {
     T.Q4_K: ([0, 2], 1039.0),
     T.Q5_K: ([0, 2], 1039.0),
     T.Q6_K: ([208], 511.75),
+    T.IQ2_XXS: ([0], 16896.0),
+    T.IQ2_XS: ([0], 16896.0),
+    T.IQ2_S: ([0], 16896.0),
+    T.IQ3_XXS: ([0], 8448.0),
+    T.IQ3_S: ([0], 2112.0),
+    T.IQ1_S: ([0], 34912.0),
+    T.IQ1_M: (None, 34912.0),
 }
 
 
-def kquant_blocks(qtype, n, k, scales=None):
-    """Random K-quant super-blocks: random bytes (levels and sub-block
-    scales) with f16 super-block scales of both signs spanning several orders
-    of magnitude, or the given ones (N x K/256 x number of scales)."""
+LATTICE = (T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ3_XXS, T.IQ3_S, T.IQ1_S, T.IQ1_M)
+
+
+def set_scales(qtype, b, scales):
+    """Writes the f16 super-block scales (N x blocks x number of scales) into
+    the blocks b (N x blocks x bytes)."""
     offsets, _ = KQUANT_SCALES[qtype]
+    n, nb = b.shape[:2]
+    if offsets is None:
+        d = np.asarray(scales, dtype=np.float16).reshape(n, nb).view(np.uint16)
+        for w in range(4):
+            at = 48 + 2 * w + 1
+            b[:, :, at] = (b[:, :, at] & 0x0F) | (((d >> (4 * w)) & 0x0F).astype(np.uint8) << 4)
+        return
+    d = np.asarray(scales, dtype=np.float16).reshape(n, nb, len(offsets)).view(np.uint8)
+    for i, at in enumerate(offsets):
+        b[:, :, at:at + 2] = d[:, :, 2 * i:2 * i + 2]
+
+
+def scale_count(qtype):
+    offsets, _ = KQUANT_SCALES[qtype]
+    return 1 if offsets is None else len(offsets)
+
+
+def kquant_blocks(qtype, n, k, scales=None):
+    """Random K-quant (and i-quant) super-blocks: random bytes (levels, grid
+    indices, signs and sub-block scales) with f16 super-block scales of both
+    signs spanning several orders of magnitude, or the given ones (N x K/256
+    x number of scales)."""
     nb = k // 256
     size = gguf.GGML_QUANT_SIZES[qtype][1]
     b = rng.integers(0, 256, size=(n, nb, size), dtype=np.uint8)
     if scales is None:
-        scales = rng.standard_normal((n, nb, len(offsets))) * 10.0 ** rng.uniform(-6, -1, size=(n, 1, 1))
-    d = np.asarray(scales, dtype=np.float16).reshape(n, nb, len(offsets)).view(np.uint8)
-    for i, at in enumerate(offsets):
-        b[:, :, at:at + 2] = d[:, :, 2 * i:2 * i + 2]
+        scales = rng.standard_normal((n, nb, scale_count(qtype))) * 10.0 ** rng.uniform(-6, -1, size=(n, 1, 1))
+    set_scales(qtype, b, scales)
     return b
 
 
 def kquant_edge_blocks(qtype, k):
     """Zero and -0.0 scales, f16 subnormal and tiny scales, the largest
-    scales whose sub-block scales stay finite; row 0 has every level byte 0,
-    row 1 every byte 0xFF."""
-    offsets, top = KQUANT_SCALES[qtype]
+    scales whose sub-block scales stay finite; row 0 has every other byte 0,
+    row 1 every other byte 0xFF (IQ1_M: the scale words' low 12 bits too)."""
+    _, top = KQUANT_SCALES[qtype]
     nb = k // 256
     special = [0.0, -0.0, 6e-8, -3e-5, top, -top, 1.0, -1e-3]
-    m = len(offsets)
+    if qtype in LATTICE:
+        # Their sub-block scales are d (2 ls + 1) / 8 (IQ2, IQ1) or / 4
+        # (IQ3_XXS), which kgen's kernels hold as f16: f16-subnormal d
+        # that are multiples of 2^-21 keep them exact (2^-21 and 63 2^-21).
+        special[2:4] = [2.0 ** -21, -63 * 2.0 ** -21]
+    m = scale_count(qtype)
     scales = np.array([special[(i + i // m) % len(special)] for i in range(4 * nb * m)], dtype=np.float32)
-    b = kquant_blocks(qtype, 4, k, scales.reshape(4, nb, m))
-    keep = np.zeros(b.shape[2], dtype=bool)
-    for at in offsets:
-        keep[at:at + 2] = True
-    b[0, :, ~keep] = 0
-    b[1, :, ~keep] = 0xFF
+    scales = scales.reshape(4, nb, m)
+    b = kquant_blocks(qtype, 4, k, scales)
+    b[0] = 0
+    b[1] = 0xFF
+    set_scales(qtype, b, scales)
     return b
 
 
@@ -302,15 +338,14 @@ def model(out):
     sp = np.array([[np.inf, 1.0], [1.0, np.nan], [-np.inf, -np.inf]], dtype=np.float32)
     add_raw(w, out, fname, "special.iq4_nl", iq4_nl_blocks(3, 64, sp), T.IQ4_NL, 64, matmul=False)
     # One non-finite super-block scale per row (inf, -inf, NaN; d or dmin).
-    for qtype, (offsets, _) in KQUANT_SCALES.items():
-        m = len(offsets)
+    for qtype in KQUANT_SCALES:
+        m = scale_count(qtype)
         sk = np.ones((3 * m, 2, m), dtype=np.float32) * np.float32(1e-3)
         for r in range(3 * m):
             sk[r, r % 2, r // 3] = (np.inf, -np.inf, np.nan)[r % 3]
         add_raw(w, out, fname, f"special.{qtype.name.lower()}", kquant_blocks(qtype, 3 * m, 512, sk), qtype, 512, matmul=False)
     # Tensors kgen must refuse.
     w.add_tensor("unsupported.q8_k", rng.integers(0, 256, size=(3, 292), dtype=np.uint8), raw_dtype=T.Q8_K)
-    w.add_tensor("unsupported.iq2_xxs", rng.integers(0, 256, size=(2, 66), dtype=np.uint8), raw_dtype=T.IQ2_XXS)
     w.add_tensor("norm.weight", rng.standard_normal(64).astype(np.float32))
     w.add_tensor("cube.f32", rng.standard_normal((2, 3, 32)).astype(np.float32))
     w.write_header_to_file()

@@ -226,11 +226,44 @@ pub fn assert_bits_eq(what: &str, ours: &[f32], theirs: &[f32], n: usize) {
     );
 }
 
+/// What the int8 layout's f16 sub-block scales can move each output of
+/// `x W` by: `sum_i |x_i| |level_i| |f16(s_i) - s_i|` per column, with `s_i`
+/// the f32 scale `sub_scale` forms for `W_ij`'s sub-block. Zero for formats
+/// whose scales are f16 fields; for the lattice i-quants, whose sub-block
+/// scales are `d (2 ls + 1) / 8` and smaller than `d`, it matters when `d`
+/// is near f16's subnormals.
+pub fn f16_scale_slack(m: &GgmlMatrix, x: &[f32]) -> Vec<f64> {
+    let f = m.dtype.format();
+    let Some(r) = f.int8 else {
+        return vec![0.0; m.n];
+    };
+    let part = 32 / r.scales_per_block;
+    (0..m.n)
+        .map(|j| {
+            let mut slack = 0f64;
+            for b in 0..m.k / f.block {
+                let blk = m.block(j, b);
+                for s in 0..f.block / 32 {
+                    let levels = (r.block_levels)(blk, s);
+                    for (i, &l) in levels.iter().enumerate() {
+                        let (d, _) = (r.sub_scale)(blk, s * r.scales_per_block + i / part);
+                        let err = (half::f16::from_f32(d).to_f32() as f64 - d as f64).abs();
+                        let xi = x[b * f.block + 32 * s + i].abs() as f64;
+                        slack += xi * f.level_value(l).abs() as f64 * err;
+                    }
+                }
+            }
+            slack
+        })
+        .collect()
+}
+
 /// Checks an int8 kernel's `y = x W` (one row) against numpy's float32
 /// `x @ deq.T` of gguf-py's N x K dequantized weights `deq_nk`. The kernels
 /// quantize x per 32-block (Q8_0 arithmetic), so the tolerance is that
 /// rounding's worst case, sum over blocks of d_x / 2 * sum |W_ij|, plus the
-/// f32 summation bound K * 2^-23 * sum |x_i W_ij|. Returns the outputs it
+/// f32 summation bound K * 2^-23 * sum |x_i W_ij|, plus `slack[j]` where
+/// given (the f16 scales: [`f16_scale_slack`]). Returns the outputs it
 /// checked, for checks of their own.
 pub fn assert_gemv_near_numpy(
     what: &str,
@@ -238,6 +271,7 @@ pub fn assert_gemv_near_numpy(
     x: &[f32],
     deq_nk: &[f32],
     y_np: &[f32],
+    slack: &[f64],
 ) -> Vec<f32> {
     let (k, n) = (x.len(), y_np.len());
     assert_eq!((qm.k(), qm.n(), deq_nk.len()), (k, n, k * n), "{what}");
@@ -253,7 +287,7 @@ pub fn assert_gemv_near_numpy(
             act += dx / 2.0 * (0..32).map(|i| w(i).abs()).sum::<f64>();
             mag += (0..32).map(|i| (xs[i] as f64 * w(i)).abs()).sum::<f64>();
         }
-        let tol = act + k as f64 * f32::EPSILON as f64 * mag + 1e-30;
+        let tol = act + k as f64 * f32::EPSILON as f64 * mag + slack.get(j).unwrap_or(&0.0) + 1e-30;
         let diff = (y[j] as f64 - y_np[j] as f64).abs();
         assert!(
             diff <= tol,

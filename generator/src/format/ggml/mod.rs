@@ -4,9 +4,14 @@
 
 pub mod float;
 pub mod gguf_image;
+pub mod iq1;
+pub mod iq2;
+pub mod iq3;
 pub mod iq4_nl;
 pub mod iq4_xs;
+mod iq_grids;
 pub mod kquant;
+pub mod lattice;
 pub mod matrix;
 pub mod mxfp4;
 pub mod numpy;

@@ -102,6 +102,16 @@ fn round_trips_within_half_a_step() {
                         "k2_bb" | "k2_pl" => amax * 0.55,
                         // Signs: d is the mean magnitude, at most amax.
                         "k1" => amax * 1.001,
+                        // The lattice i-quants: a grid holds few of the
+                        // level patterns (256 of 3^8 for IQ2_XXS), so one
+                        // value may land far from its own nearest level;
+                        // about 1.2 times the largest error measured here
+                        // (their RMS errors: each row's codec file).
+                        "iq1_s" | "iq1_m" => amax * 1.05,
+                        "iq2_xxs" | "iq2_xs" => amax * 0.9,
+                        "iq2_s" => amax * 0.6,
+                        "iq3_xxs" => amax * 0.75,
+                        "iq3_s" => amax * 0.45,
                         other => panic!("no tolerance for {other}"),
                     };
                     assert!(
