@@ -15,7 +15,7 @@
 
 use crate::format::ggml::kquant::{encode_non_finite, QK_K};
 use crate::format::ggml::lattice::{
-    codebook_row, dequantize_by_levels, fit, iq1_index, u16_at, Choice, Fit, IQ1S, IQ1_CODEBOOK,
+    codebook_row, dequantize_by_levels, fit, u16_at, Choice, Fit, IQ1S, IQ1_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
 use crate::format::row::{Format, Levels, QK};
@@ -62,14 +62,19 @@ fn unit_scale(d: f32, s: u32) -> (f32, f32) {
     (d * (2 * s + 1) as f32 * 0.125, 0.0)
 }
 
+/// Point `p`'s 8 codebook indices under a delta of sign `negative`, into
+/// `out` (index `level + 4 negative`, see `IQ1_CODEBOOK`), a word at a time.
+fn put(out: &mut [u8], p: usize, negative: bool) {
+    let delta = if negative { 0x0404_0404_0404_0404 } else { 0 };
+    out.copy_from_slice(&(IQ1S.bytes[p] | delta).to_le_bytes());
+}
+
 fn s_levels(b: &[u8], s: usize) -> [u8; QK] {
     let qh = u16_at(b, S_QH + 2 * s);
-    let neg = qh & 0x8000 != 0;
     let mut out = [0u8; QK];
-    for (i, o) in out.iter_mut().enumerate() {
-        let l = i / 8;
+    for (l, o) in out.chunks_exact_mut(8).enumerate() {
         let p = b[2 + 4 * s + l] as usize | ((qh >> (3 * l)) as usize & 7) << 8;
-        *o = iq1_index(IQ1S.level(p, i % 8), neg);
+        put(o, p, qh & 0x8000 != 0);
     }
     out
 }
@@ -88,11 +93,10 @@ fn m_d(b: &[u8]) -> f32 {
 
 fn m_levels(b: &[u8], s: usize) -> [u8; QK] {
     let mut out = [0u8; QK];
-    for (i, o) in out.iter_mut().enumerate() {
-        let g = 4 * s + i / 8;
+    for (l, o) in out.chunks_exact_mut(8).enumerate() {
+        let g = 4 * s + l;
         let e = b[M_QH + g / 2] >> (4 * (g % 2));
-        let p = b[g] as usize | (e as usize & 7) << 8;
-        *o = iq1_index(IQ1S.level(p, i % 8), e & 8 != 0);
+        put(o, b[g] as usize | (e as usize & 7) << 8, e & 8 != 0);
     }
     out
 }

@@ -16,8 +16,8 @@
 
 use crate::format::ggml::kquant::{encode_non_finite, QK_K};
 use crate::format::ggml::lattice::{
-    codebook_row, dequantize_by_levels, fit, ksigns, signed_index, u16_at, u32_at, Choice, Fit,
-    Grid, IQ2S, IQ2XS, IQ2XXS, IQ2_CODEBOOK,
+    codebook_row, dequantize_by_levels, fit, ksigns, u16_at, u32_at, Choice, Fit, Grid, BIT_BYTES,
+    IQ2S, IQ2XS, IQ2XXS, IQ2_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
 use crate::format::row::{Format, Levels, QK};
@@ -83,11 +83,10 @@ fn unit_scale(b: &[u8], ls: u32) -> (f32, f32) {
     (read_f16(b) * (0.5 + ls as f32) * 0.25, 0.0)
 }
 
-/// Point `p`'s 8 codebook indices under sign bits `signs`, into `out`.
+/// Point `p`'s 8 codebook indices under sign bits `signs`, into `out`:
+/// the index `level + 8 negative` (see `signed_codebook`), a word at a time.
 fn put(out: &mut [u8], grid: &Grid, p: usize, signs: u8) {
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = signed_index(grid.level(p, j), signs >> j & 1 == 1);
-    }
+    out.copy_from_slice(&(grid.bytes[p] | BIT_BYTES[signs as usize] << 3).to_le_bytes());
 }
 
 fn xxs_levels(b: &[u8], s: usize) -> [u8; QK] {

@@ -13,7 +13,7 @@
 
 use crate::format::ggml::kquant::{encode_non_finite, QK_K};
 use crate::format::ggml::lattice::{
-    codebook_row, dequantize_by_levels, fit, ksigns, signed_index, u32_at, Choice, Fit, Grid, IQ3S,
+    codebook_row, dequantize_by_levels, fit, ksigns, u32_at, Choice, Fit, Grid, BIT_BYTES, IQ3S,
     IQ3S_CODEBOOK, IQ3XXS, IQ3XXS_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
@@ -60,13 +60,20 @@ fn aux(b: &[u8], s: usize) -> u32 {
     u32_at(b, XXS_AUX + 4 * s)
 }
 
+/// Point `p`'s 4 codebook indices under the low 4 bits of `signs`, into
+/// `out`: the index `level + 8 negative` (see `signed_codebook`), a word
+/// at a time.
+fn put(out: &mut [u8], grid: &Grid, p: usize, signs: u8) {
+    let v = grid.bytes[p] | BIT_BYTES[signs as usize & 15] << 3;
+    out.copy_from_slice(&(v as u32).to_le_bytes());
+}
+
 fn xxs_levels(b: &[u8], s: usize) -> [u8; QK] {
     let a = aux(b, s);
     let mut out = [0u8; QK];
-    for (i, o) in out.iter_mut().enumerate() {
-        let p = b[2 + 8 * s + i / 4] as usize;
-        let signs = ksigns(a >> (7 * (i / 8)));
-        *o = signed_index(IQ3XXS.level(p, i % 4), signs >> (i % 8) & 1 == 1);
+    for (q, o) in out.chunks_exact_mut(4).enumerate() {
+        let signs = ksigns(a >> (7 * (q / 2))) >> (4 * (q % 2));
+        put(o, &IQ3XXS, b[2 + 8 * s + q] as usize, signs);
     }
     out
 }
@@ -78,13 +85,10 @@ fn xxs_scale(b: &[u8], s: usize) -> (f32, f32) {
 
 fn s_levels(b: &[u8], s: usize) -> [u8; QK] {
     let mut out = [0u8; QK];
-    for (i, o) in out.iter_mut().enumerate() {
-        let (p, v) = (8 * s + i / 4, QK * s + i);
+    for (q, o) in out.chunks_exact_mut(4).enumerate() {
+        let p = 8 * s + q;
         let idx = b[2 + p] as usize | ((b[S_QH + p / 8] >> (p % 8)) as usize & 1) << 8;
-        *o = signed_index(
-            IQ3S.level(idx, i % 4),
-            b[S_SIGNS + v / 8] >> (v % 8) & 1 == 1,
-        );
+        put(o, &IQ3S, idx, b[S_SIGNS + p / 2] >> (4 * (p % 2)));
     }
     out
 }

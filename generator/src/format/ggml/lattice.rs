@@ -58,11 +58,46 @@ pub fn u32_at(b: &[u8], at: usize) -> u32 {
 /// `levels[(points[p] >> (bits * i)) & mask]`.
 pub struct Grid {
     pub points: &'static [u16],
+    /// The same points with level index `i` in byte `i`, for the repack,
+    /// which decodes a point in one lookup.
+    pub bytes: &'static [u64],
     pub levels: &'static [i8],
     pub bits: u32,
     /// Values per point: 8, or 4 for the IQ3 grids.
     pub width: usize,
 }
+
+/// `points` with each `bits`-bit level index in a byte of its own.
+const fn spread_points<const N: usize>(points: &[u16; N], bits: u32) -> [u64; N] {
+    let mut out = [0u64; N];
+    let mut p = 0;
+    while p < N {
+        let mut i = 0;
+        while i < 16 / bits {
+            let l = (points[p] as u64 >> (bits * i)) & ((1 << bits) - 1);
+            out[p] |= l << (8 * i);
+            i += 1;
+        }
+        p += 1;
+    }
+    out
+}
+
+/// Bit `j` of the index as byte `j` (0 or 1): sign bits spread over the
+/// bytes of 8 values.
+pub const BIT_BYTES: [u64; 256] = {
+    let mut out = [0u64; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut j = 0;
+        while j < 8 {
+            out[s] |= ((s as u64 >> j) & 1) << (8 * j);
+            j += 1;
+        }
+        s += 1;
+    }
+    out
+};
 
 impl Grid {
     /// The level index of value `i` of point `p`.
@@ -81,38 +116,51 @@ impl Grid {
     }
 }
 
+static IQ2XXS_BYTES: [u64; g::IQ2XXS_GRID.len()] = spread_points(&g::IQ2XXS_GRID, 2);
+static IQ2XS_BYTES: [u64; g::IQ2XS_GRID.len()] = spread_points(&g::IQ2XS_GRID, 2);
+static IQ2S_BYTES: [u64; g::IQ2S_GRID.len()] = spread_points(&g::IQ2S_GRID, 2);
+static IQ3XXS_BYTES: [u64; g::IQ3XXS_GRID.len()] = spread_points(&g::IQ3XXS_GRID, 3);
+static IQ3S_BYTES: [u64; g::IQ3S_GRID.len()] = spread_points(&g::IQ3S_GRID, 3);
+static IQ1S_BYTES: [u64; g::IQ1S_GRID.len()] = spread_points(&g::IQ1S_GRID, 2);
+
 pub const IQ2XXS: Grid = Grid {
     points: &g::IQ2XXS_GRID,
+    bytes: &IQ2XXS_BYTES,
     levels: &g::IQ2XXS_LEVELS,
     bits: 2,
     width: 8,
 };
 pub const IQ2XS: Grid = Grid {
     points: &g::IQ2XS_GRID,
+    bytes: &IQ2XS_BYTES,
     levels: &g::IQ2XS_LEVELS,
     bits: 2,
     width: 8,
 };
 pub const IQ2S: Grid = Grid {
     points: &g::IQ2S_GRID,
+    bytes: &IQ2S_BYTES,
     levels: &g::IQ2S_LEVELS,
     bits: 2,
     width: 8,
 };
 pub const IQ3XXS: Grid = Grid {
     points: &g::IQ3XXS_GRID,
+    bytes: &IQ3XXS_BYTES,
     levels: &g::IQ3XXS_LEVELS,
     bits: 3,
     width: 4,
 };
 pub const IQ3S: Grid = Grid {
     points: &g::IQ3S_GRID,
+    bytes: &IQ3S_BYTES,
     levels: &g::IQ3S_LEVELS,
     bits: 3,
     width: 4,
 };
 pub const IQ1S: Grid = Grid {
     points: &g::IQ1S_GRID,
+    bytes: &IQ1S_BYTES,
     levels: &g::IQ1S_LEVELS,
     bits: 2,
     width: 8,
@@ -147,19 +195,6 @@ pub const IQ3S_CODEBOOK: [i8; 16] = signed_codebook(&g::IQ3S_LEVELS);
 /// times 8: index `(g + 1) + 4 * (delta < 0)`; the scale the kernels take
 /// is `d_l / 8`, exact in f32.
 pub const IQ1_CODEBOOK: [i8; 16] = [-7, 1, 9, 0, -9, -1, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-
-/// The codebook index of sign-split level `l`.
-#[inline(always)]
-pub fn signed_index(level: usize, negative: bool) -> u8 {
-    level as u8 | u8::from(negative) << 3
-}
-
-/// The codebook index of IQ1 level `l` (index into {-1, 0, 1}) under a
-/// delta of sign `negative`.
-#[inline(always)]
-pub fn iq1_index(level: usize, negative_delta: bool) -> u8 {
-    level as u8 | u8::from(negative_delta) << 2
-}
 
 /// A format's weights from its int8 description, `d * codebook[level]`
 /// (for these formats bit for bit gguf-py's `db * grid * sign` and
@@ -419,6 +454,19 @@ pub(crate) mod tests {
     pub(crate) fn check_fit_error(f: &crate::format::row::Format, bound: f64) {
         let e = crate::format::ggml::kquant::rms_error(f, 5);
         assert!(e < bound, "{}: {e}", f.name);
+    }
+
+    /// The repack's byte tables decode every point as `level` does.
+    #[test]
+    fn point_bytes_agree_with_levels() {
+        for g in [&IQ2XXS, &IQ2XS, &IQ2S, &IQ3XXS, &IQ3S, &IQ1S] {
+            assert_eq!(g.bytes.len(), g.points.len());
+            for p in 0..g.points.len() {
+                let want = (0..g.width).fold(0u64, |a, i| a | (g.level(p, i) as u64) << (8 * i));
+                assert_eq!(g.bytes[p], want, "point {p}");
+            }
+        }
+        assert_eq!(BIT_BYTES[0b1000_0101], 0x0100_0000_0001_0001);
     }
 
     #[test]
