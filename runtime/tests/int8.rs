@@ -55,6 +55,9 @@ fn every_int8_kernel_matches_the_oracle() {
             let w = match format {
                 "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
                 "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
+                f if common::LATTICE.contains(&f) => {
+                    common::raw_blocks(dtype(format), k, n, 40 + si as u64)
+                }
                 _ => GgmlMatrix::quantize(&wf, k, n, dtype(format)),
             };
             for isa in &isas {

@@ -21,43 +21,6 @@ fn formats() -> Vec<GgmlType> {
         .collect()
 }
 
-/// Raw blocks of `dtype`: uniformly random bytes (every level, sub-block
-/// scale and min code in every position), f16 scales of both signs over
-/// several orders of magnitude where the format keeps them, the first
-/// column's level bytes all 0 and the second's all 1 bits.
-fn raw_blocks(dtype: GgmlType, k: usize, n: usize, seed: u64) -> GgmlMatrix {
-    let f = dtype.format();
-    let bb = dtype.block_bytes();
-    let per_row = k / f.block;
-    let mut rng = Rng::new(seed);
-    let mut data: Vec<u8> = (0..n * per_row * bb)
-        .map(|_| rng.next_u64() as u8)
-        .collect();
-    for (b, blk) in data.chunks_exact_mut(bb).enumerate() {
-        match b / per_row {
-            0 => blk.fill(0),
-            1 => blk.fill(0xFF),
-            _ => {}
-        }
-        for (i, &at) in f.scale_offsets.iter().enumerate() {
-            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][(b + i) % 4];
-            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
-        }
-        if dtype == GgmlType::IQ1_M {
-            // Its f16 d is the top nibbles of the four scale words at 48.
-            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][b % 4];
-            let bits = half::f16::from_f32(d).to_bits();
-            for w in 0..4 {
-                let at = 48 + 2 * w + 1;
-                blk[at] = (blk[at] & 0x0F) | ((bits >> (4 * w)) as u8 & 0x0F) << 4;
-            }
-        }
-    }
-    let m = GgmlMatrix { k, n, dtype, data };
-    m.validate().unwrap();
-    m
-}
-
 fn isas(reg: &Registry, t: GgmlType) -> Vec<&'static str> {
     reg.runnable(WeightFormat::Ggml(t), Op::Gemv)
         .iter()
@@ -87,7 +50,7 @@ fn every_isa_over_k_n_and_rows() {
             for (ni, &n) in [1usize, 3, 7, 8, 9, 16, 17, 33, 65, 130].iter().enumerate() {
                 let seed = (ki * 100 + ni) as u64;
                 let w = if ni % 2 == 0 {
-                    raw_blocks(t, k, n, seed)
+                    common::raw_blocks(t, k, n, seed)
                 } else {
                     let wf = Rng::new(seed).vec_f32(k * n);
                     GgmlMatrix::quantize(&wf, k, n, t)
@@ -158,7 +121,7 @@ fn non_finite_activations_propagate() {
 #[test]
 fn q2_k_half_dots_at_their_extremes() {
     let (k, n) = (4 * 256, 70);
-    let w = raw_blocks(GgmlType::Q2_K, k, n, 9);
+    let w = common::raw_blocks(GgmlType::Q2_K, k, n, 9);
     let qm = Matrix::from_ggml(&w).unwrap();
     for m in [1, 4, 33] {
         for sign in [1.0f32, -1.0] {
@@ -200,7 +163,7 @@ fn long_integer_sums_at_their_extremes() {
             continue;
         }
         let (k, n) = (4 * 256, 40);
-        let w = raw_blocks(t, k, n, 10);
+        let w = common::raw_blocks(t, k, n, 10);
         for isa in isas(reg, t) {
             let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
             for m in [1, 4, 33] {
@@ -259,7 +222,7 @@ fn kgen_force_isa_selects_each_isa() {
             .filter(|&t| isas(reg, t).contains(&&*isa))
         {
             let k = 2 * t.block_values().max(160);
-            let w = raw_blocks(t, k, 70, 5);
+            let w = common::raw_blocks(t, k, 70, 5);
             let qm = Matrix::from_ggml(&w).unwrap();
             assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (&*isa, &*isa));
             for m in [1, 4, 9] {

@@ -3,8 +3,9 @@
 // Each test crate uses a different subset.
 #![allow(dead_code)]
 
-use kgen::format::ggml::GgmlMatrix;
+use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::gptq::GptqMatrix;
+use kgen::format::rng::Rng;
 use kgen::layout::act::{layout_sub_scale, quantize_activations, reference_i8_for};
 use kgen_runtime::Group;
 
@@ -329,3 +330,48 @@ pub fn rerun_forced(name: &str, isa: &str) -> (bool, String, String) {
     );
     (out.status.success(), text, message)
 }
+
+/// Raw blocks of `dtype`: uniformly random bytes (every level, sub-block
+/// scale and min code in every position), f16 scales of both signs over
+/// several orders of magnitude where the format keeps them, the first
+/// column's level bytes all 0 and the second's all 1 bits.
+pub fn raw_blocks(dtype: GgmlType, k: usize, n: usize, seed: u64) -> GgmlMatrix {
+    let f = dtype.format();
+    let bb = dtype.block_bytes();
+    let per_row = k / f.block;
+    let mut rng = Rng::new(seed);
+    let mut data: Vec<u8> = (0..n * per_row * bb)
+        .map(|_| rng.next_u64() as u8)
+        .collect();
+    for (b, blk) in data.chunks_exact_mut(bb).enumerate() {
+        match b / per_row {
+            0 => blk.fill(0),
+            1 => blk.fill(0xFF),
+            _ => {}
+        }
+        for (i, &at) in f.scale_offsets.iter().enumerate() {
+            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][(b + i) % 4];
+            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
+        }
+        if dtype == GgmlType::IQ1_M {
+            // Its f16 d is the top nibbles of the four scale words at 48.
+            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][b % 4];
+            let bits = half::f16::from_f32(d).to_bits();
+            for w in 0..4 {
+                let at = 48 + 2 * w + 1;
+                blk[at] = (blk[at] & 0x0F) | ((bits >> (4 * w)) as u8 & 0x0F) << 4;
+            }
+        }
+    }
+    let m = GgmlMatrix { k, n, dtype, data };
+    m.validate().unwrap();
+    m
+}
+
+/// The lattice i-quants, whose reference quantizer (an exhaustive search
+/// over their grids) is slow under qemu: kernel tests that only need
+/// valid blocks use [`raw_blocks`] for them, which also reach every grid
+/// point and sign pattern.
+pub const LATTICE: &[&str] = &[
+    "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s",
+];

@@ -388,16 +388,19 @@ fn nearest_point(t: &[f32], s: f32, delta: f32, grid: &Grid) -> (u16, f32) {
     }
     let half = t.len() / 2;
     let half_bits = grid.bits * half as u32;
+    // Built one position at a time: entry `code` of the table over
+    // positions `from..from + j + 1` is the table over `from..from + j`
+    // at `code` without its top field, plus that field's cost.
     let table = |from: usize| -> Vec<f32> {
-        (0..1usize << half_bits)
-            .map(|code| {
-                (0..half)
-                    .map(|i| {
-                        cost[from + i][(code >> (grid.bits as usize * i)) & ((1 << grid.bits) - 1)]
-                    })
-                    .sum()
-            })
-            .collect()
+        let mut t = vec![0f32; 1 << half_bits];
+        for j in 0..half {
+            let shift = grid.bits as usize * j;
+            for code in (0..1usize << (shift + grid.bits as usize)).rev() {
+                let l = code >> shift;
+                t[code] = t[code & ((1 << shift) - 1)] + cost[from + j][l];
+            }
+        }
+        t
     };
     let (lo, hi) = (table(0), table(half));
     let mask = (1usize << half_bits) - 1;
