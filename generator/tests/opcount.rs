@@ -550,17 +550,17 @@ fn the_int8_model_costs_the_counts_explain_prints() {
     use kgen::family::int8::model::{block_counts, plan, plan_gemm_sharing};
     use kgen::family::int8::spec::I8Spec;
     use kgen::format::table::int8_formats;
-    let mut checked = 0;
-    for t in target::load_all().unwrap() {
-        for isa in I8Isa::for_target(&t) {
+    let check_target = |t: &target::TargetDesc| {
+        let mut checked = 0;
+        for isa in I8Isa::for_target(t) {
             for format in int8_formats() {
                 let spec = I8Spec::for_format(Op::Gemv, format).unwrap();
                 if isa.supports(&spec).is_err() {
                     continue;
                 }
-                let gemv = plan(&spec, &isa, &t, (4096, 4096)).unwrap();
-                let gemm = plan_gemm_sharing(&gemv, 8, &t);
-                let rows = explain::i8_plan_rows(&t, &[gemv.clone(), gemm.clone()]).unwrap();
+                let gemv = plan(&spec, &isa, t, (4096, 4096)).unwrap();
+                let gemm = plan_gemm_sharing(&gemv, 8, t);
+                let rows = explain::i8_plan_rows(t, &[gemv.clone(), gemm.clone()]).unwrap();
                 for (p, r) in [&gemv, &gemm].iter().zip(&rows) {
                     let counted = r.result.as_ref().unwrap().per_iter;
                     assert_eq!(
@@ -574,6 +574,19 @@ fn the_int8_model_costs_the_counts_explain_prints() {
                 }
             }
         }
-    }
+        checked
+    };
+    // Every kernel of every target is emitted and parsed: the targets are
+    // split over the cores, which CI's debug build needs.
+    let targets = target::load_all().unwrap();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = targets.len().div_ceil(threads);
+    let checked: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = targets
+            .chunks(chunk)
+            .map(|ts| s.spawn(move || ts.iter().map(check_target).sum::<usize>()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
     assert!(checked > 100, "{checked} kernels");
 }

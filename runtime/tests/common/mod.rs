@@ -300,13 +300,32 @@ pub fn write_gptq(path: &std::path::Path, prefix: &str, m: &GptqMatrix, g_idx: O
     std::fs::write(path, safetensors::serialize(views, Some(meta)).unwrap()).unwrap();
 }
 
-/// Whether this test binary can run its test `name` again in a child
-/// process (not under qemu-user without binfmt_misc); says so when not.
-pub fn can_rerun_self(name: &str) -> bool {
+/// A command that runs this test binary again. Under qemu-user without
+/// binfmt_misc the binary cannot exec itself, so the child goes through the
+/// runner cargo used for this target (`CARGO_TARGET_<TRIPLE>_RUNNER`, which
+/// the emulated process inherits): the child runs on the same emulated CPU.
+fn self_command() -> std::process::Command {
     let exe = std::env::current_exe().unwrap();
-    let probe = std::process::Command::new(&exe)
-        .args(["--list", "--exact", name])
-        .output();
+    let runner = if cfg!(target_arch = "aarch64") {
+        std::env::var("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER").ok()
+    } else {
+        None
+    };
+    let mut words = runner.as_deref().unwrap_or("").split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = std::process::Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    }
+}
+
+/// Whether this test binary can run its test `name` again in a child
+/// process (directly, or through the target's runner); says so when not.
+pub fn can_rerun_self(name: &str) -> bool {
+    let probe = self_command().args(["--list", "--exact", name]).output();
     let ok = probe.is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
     if !ok {
         eprintln!("this test binary cannot run itself here (emulated?): skipped");
@@ -318,7 +337,7 @@ pub fn can_rerun_self(name: &str) -> bool {
 /// `KGEN_FORCE_ISA=isa`: whether it passed, its stdout, and a message with
 /// both outputs for an assertion.
 pub fn rerun_forced(name: &str, isa: &str) -> (bool, String, String) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let out = self_command()
         .args(["--exact", name, "--nocapture"])
         .env(kgen_runtime::FORCE_ISA_ENV, isa)
         .output()
