@@ -25,10 +25,10 @@ fn random_blocks(dtype: GgmlType) -> GgmlMatrix {
         .flat_map(|_| rng.next_u64().to_le_bytes())
         .take(len)
         .collect();
-    let scale = half::f16::from_f32(1.0 / 64.0).to_le_bytes();
+    let scale = half::f16::from_f32(1.0 / 64.0).to_bits();
     for block in data.chunks_exact_mut(dtype.block_bytes()) {
-        for &at in dtype.format().scale_offsets {
-            block[at..at + 2].copy_from_slice(&scale);
+        for &at in dtype.format().scales {
+            at.write(block, scale);
         }
     }
     GgmlMatrix {
@@ -51,6 +51,11 @@ fn repack(c: &mut Criterion) {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::Q3_K,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_S,
     ] {
         let m = random_blocks(dtype);
         g.throughput(Throughput::Bytes(m.data.len() as u64));

@@ -17,8 +17,8 @@
 //! (hidden size 2048, 128 experts of FFN size 768 stored as 3-D tensors:
 //! Q4_K gate and up, Q6_K down; Q4_K attention with a Q6_K value
 //! projection, an F32 router), or with `iq` an i-quant one like
-//! llama.cpp's IQ2 / IQ1 files (IQ2_XXS, IQ2_S or IQ1_S attention and
-//! gate / up by layer, IQ1_S every other key projection, IQ3_S or IQ4_XS
+//! llama.cpp's IQ2 / IQ1 files (IQ2_XXS, IQ2_S, IQ1_S or IQ1_M attention
+//! and gate / up by layer, IQ1_S every other key projection, IQ3_S or IQ4_XS
 //! values, IQ3_XXS or IQ2_XS down). Linux only for the memory figures
 //! (`/proc/self/status`).
 
@@ -172,7 +172,12 @@ fn write_mix(path: &str, gib: f64, mix: Mix) -> std::io::Result<()> {
         }
         let (main, v, down) = if mix == Mix::Iq {
             (
-                [GgmlType::IQ2_XXS, GgmlType::IQ2_S, GgmlType::IQ1_S][i % 3],
+                [
+                    GgmlType::IQ2_XXS,
+                    GgmlType::IQ2_S,
+                    GgmlType::IQ1_S,
+                    GgmlType::IQ1_M,
+                ][i % 4],
                 [GgmlType::IQ3_S, GgmlType::IQ4_XS][i % 2],
                 [GgmlType::IQ3_XXS, GgmlType::IQ2_XS][i % 2],
             )
@@ -252,8 +257,8 @@ fn write_mix(path: &str, gib: f64, mix: Mix) -> std::io::Result<()> {
                         .wrapping_add(1442695040888963407);
                     *b = (state >> 56) as u8;
                 }
-                for &at in f.scale_offsets {
-                    block[at..at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
+                for &at in f.scales {
+                    at.write(block, 0x2400);
                 }
             }
         }

@@ -33,8 +33,8 @@ fn random(rng: &mut Rng, k: usize, n: usize, t: GgmlType) -> Matrix {
         .map(|_| rng.next_u64() as u8)
         .collect();
     for block in data.chunks_exact_mut(f.block_bytes) {
-        for &at in f.scale_offsets {
-            block[at..at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
+        for &at in f.scales {
+            at.write(block, 0x2400);
         }
     }
     Matrix::from_ggml(&GgmlMatrix {

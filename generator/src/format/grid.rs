@@ -19,7 +19,9 @@
 //! once per block through the activation sums.
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, OWN_TYPE_BASE, QK};
+use crate::format::row::{
+    leading_f16_scale, Format, Int8Repack, Levels, ScaleAt, OWN_TYPE_BASE, QK,
+};
 
 /// The bit-balanced grid (no zero level).
 pub const BIT_BALANCED: [i8; 4] = [-2, -1, 1, 2];
@@ -51,7 +53,7 @@ const fn row(
         super_block: QK,
         block_bytes: 2 + index_bytes(bits),
         bits,
-        scale_offsets: &[0],
+        scales: &[ScaleAt::Bytes(0)],
         levels: Levels::Grid(grid),
         dequantize,
         quantize,

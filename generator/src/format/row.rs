@@ -318,6 +318,47 @@ pub fn leading_f16_scale(block: &[u8], _sub: usize) -> (f32, f32) {
     (half::f16::from_le_bytes([block[0], block[1]]).to_f32(), 0.0)
 }
 
+/// Where one f16 scale of a block sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleAt {
+    /// Two little-endian bytes at this offset.
+    Bytes(usize),
+    /// Spread over the top nibbles of four little-endian u16 words from this
+    /// offset, lowest nibble first (IQ1_M's `d`; the words' other 12 bits
+    /// hold sub-block scales).
+    TopNibbles(usize),
+}
+
+impl ScaleAt {
+    /// The scale's f16 bits in `block`.
+    pub fn read(self, block: &[u8]) -> u16 {
+        match self {
+            ScaleAt::Bytes(at) => u16::from_le_bytes([block[at], block[at + 1]]),
+            ScaleAt::TopNibbles(at) => (0..4).fold(0, |bits, w| {
+                bits | u16::from(block[at + 2 * w + 1] >> 4) << (4 * w)
+            }),
+        }
+    }
+
+    /// Sets the scale's f16 bits in `block`, leaving every other bit.
+    pub fn write(self, block: &mut [u8], bits: u16) {
+        match self {
+            ScaleAt::Bytes(at) => block[at..at + 2].copy_from_slice(&bits.to_le_bytes()),
+            ScaleAt::TopNibbles(at) => {
+                for w in 0..4 {
+                    let b = &mut block[at + 2 * w + 1];
+                    *b = (*b & 0x0F) | ((bits >> (4 * w)) as u8 & 0x0F) << 4;
+                }
+            }
+        }
+    }
+
+    /// The scale in `block` as an f32.
+    pub fn get(self, block: &[u8]) -> f32 {
+        half::f16::from_bits(self.read(block)).to_f32()
+    }
+}
+
 /// One row of the format table ([`crate::format::table::FORMATS`]).
 #[derive(Debug)]
 pub struct Format {
@@ -335,10 +376,10 @@ pub struct Format {
     pub block_bytes: usize,
     /// Bits per stored level (16 / 32 for the float types).
     pub bits: u32,
-    /// Byte offsets in a block of its f16 scales (`d`, and `m` / `dmin`
-    /// where the format has one): a file whose scale there is not finite is
-    /// refused when loaded.
-    pub scale_offsets: &'static [usize],
+    /// Where a block keeps its f16 scales (`d`, and `m` / `dmin` where the
+    /// format has one): a file whose scale there is not finite is refused
+    /// when loaded.
+    pub scales: &'static [ScaleAt],
     pub levels: Levels,
     /// One block to `block` values, in gguf-py's float32 arithmetic.
     pub dequantize: fn(&[u8], &mut [f32]),
@@ -499,5 +540,33 @@ impl fmt::Debug for GgmlType {
 impl fmt::Display for GgmlType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.0.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ScaleAt;
+    use crate::format::rng::Rng;
+
+    /// A written scale reads back, and every other bit of the block stays.
+    #[test]
+    fn scale_fields_write_only_their_bits() {
+        let mut rng = Rng::new(3);
+        for at in [ScaleAt::Bytes(5), ScaleAt::TopNibbles(2)] {
+            for _ in 0..100 {
+                let block: Vec<u8> = (0..16).map(|_| rng.next_u64() as u8).collect();
+                let bits = rng.next_u64() as u16;
+                let mut b = block.clone();
+                at.write(&mut b, bits);
+                assert_eq!(at.read(&b), bits, "{at:?}");
+                let mut back = b.clone();
+                at.write(&mut back, at.read(&block));
+                assert_eq!(back, block, "{at:?}");
+            }
+        }
+        // IQ1_M's layout: nibble w of `d` is the top nibble of word w.
+        let mut b = [0u8; 8];
+        ScaleAt::TopNibbles(0).write(&mut b, 0x4321);
+        assert_eq!(b, [0, 0x10, 0, 0x20, 0, 0x30, 0, 0x40]);
     }
 }

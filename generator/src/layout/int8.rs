@@ -99,6 +99,7 @@
 //! columns.
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
+use crate::format::row::ScaleAt;
 use crate::format::FormatError;
 use crate::layout::align::{round_up, AlignedWords};
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
@@ -441,7 +442,7 @@ impl I8Layout {
             && fmt.block == QK
             && !repack.mins
             && repack.scales_per_block == 1
-            && fmt.scale_offsets == [0]
+            && fmt.scales == [ScaleAt::Bytes(0)]
         {
             ScalePath::Direct
         } else if self.int_scales && self.int_repack().is_some() {
@@ -886,7 +887,7 @@ mod tests {
                 );
                 assert_eq!((p.w.as_bytes(), &p.sc), (q.w.as_bytes(), &q.sc), "{t}");
             }
-            let at = t.format().scale_offsets[0];
+            let at = t.format().scales[0];
             let per_row = w.blocks_per_row();
             // Rows in the first tile, a later panel and the last (padded)
             // tile; two bad blocks report the first.
@@ -897,8 +898,8 @@ mod tests {
             ] {
                 let mut v = w.clone();
                 for &(row, blk) in &bad {
-                    let o = (row * per_row + blk) * t.block_bytes() + at;
-                    v.data[o..o + 2].copy_from_slice(&0x7C00u16.to_le_bytes());
+                    let o = (row * per_row + blk) * t.block_bytes();
+                    at.write(&mut v.data[o..o + t.block_bytes()], 0x7C00);
                 }
                 let want = v.validate().expect_err("an infinite scale").to_string();
                 for threads in [1, 3] {

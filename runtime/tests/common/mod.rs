@@ -368,18 +368,9 @@ pub fn raw_blocks(dtype: GgmlType, k: usize, n: usize, seed: u64) -> GgmlMatrix 
             1 => blk.fill(0xFF),
             _ => {}
         }
-        for (i, &at) in f.scale_offsets.iter().enumerate() {
+        for (i, &at) in f.scales.iter().enumerate() {
             let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][(b + i) % 4];
-            blk[at..at + 2].copy_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
-        }
-        if dtype == GgmlType::IQ1_M {
-            // Its f16 d is the top nibbles of the four scale words at 48.
-            let d = rng.f32() * [1e-3f32, 0.1, 1.0, 7.0][b % 4];
-            let bits = half::f16::from_f32(d).to_bits();
-            for w in 0..4 {
-                let at = 48 + 2 * w + 1;
-                blk[at] = (blk[at] & 0x0F) | ((bits >> (4 * w)) as u8 & 0x0F) << 4;
-            }
+            at.write(blk, half::f16::from_f32(d).to_bits());
         }
     }
     let m = GgmlMatrix { k, n, dtype, data };

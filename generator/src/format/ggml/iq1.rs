@@ -18,7 +18,7 @@ use crate::format::ggml::lattice::{
     codebook_row, dequantize_by_levels, fit, u16_at, Choice, Fit, IQ1S, IQ1_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
-use crate::format::row::{Format, Levels, QK};
+use crate::format::row::{Format, Levels, ScaleAt, QK};
 
 pub const IQ1_S: Format = Format {
     tag: "iq1_s",
@@ -28,7 +28,7 @@ pub const IQ1_S: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 8 + QK_K / 16,
     bits: 2,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ1_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ1_CODEBOOK, s_levels, s_scale, 1),
     quantize: s_quantize,
@@ -43,9 +43,7 @@ pub const IQ1_M: Format = Format {
     super_block: QK_K,
     block_bytes: QK_K / 8 + QK_K / 16 + QK_K / 32,
     bits: 2,
-    // No f16 at one place: `GgmlMatrix::check_rows` checks every unit's
-    // `sub_scale` instead.
-    scale_offsets: &[],
+    scales: &[ScaleAt::TopNibbles(M_SCALES)],
     levels: Levels::Codebook(&IQ1_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ1_CODEBOOK, m_levels, m_scale, 2),
     quantize: m_quantize,
@@ -83,14 +81,6 @@ fn s_scale(b: &[u8], s: usize) -> (f32, f32) {
     unit_scale(read_f16(b), u16_at(b, S_QH + 2 * s) >> 12 & 7)
 }
 
-/// IQ1_M's f16 `d`, from the top nibbles of its four scale words.
-fn m_d(b: &[u8]) -> f32 {
-    let bits = (0..4).fold(0u16, |a, w| {
-        a | ((u16_at(b, M_SCALES + 2 * w) >> 12) as u16) << (4 * w)
-    });
-    half::f16::from_bits(bits).to_f32_const()
-}
-
 fn m_levels(b: &[u8], s: usize) -> [u8; QK] {
     let mut out = [0u8; QK];
     for (l, o) in out.chunks_exact_mut(8).enumerate() {
@@ -103,7 +93,7 @@ fn m_levels(b: &[u8], s: usize) -> [u8; QK] {
 
 fn m_scale(b: &[u8], u: usize) -> (f32, f32) {
     unit_scale(
-        m_d(b),
+        IQ1_M.scales[0].get(b),
         u16_at(b, M_SCALES + 2 * (u / 4)) >> (3 * (u % 4)) & 7,
     )
 }
@@ -124,7 +114,7 @@ fn fit1(x: &[f32], unit: usize, per: usize) -> Choice {
 }
 
 fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, IQ1_S.block_bytes, &[0], out) {
+    if encode_non_finite(x, &IQ1_S, out) {
         return;
     }
     let c = fit1(x, QK, QK);
@@ -139,37 +129,23 @@ fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn m_quantize(x: &[f32], out: &mut Vec<u8>) {
-    let (c, d) = if x.iter().all(|v| v.is_finite()) {
-        let c = fit1(x, 16, 8);
-        let d = c.d.to_bits();
-        (Some(c), d)
-    } else {
-        (None, half::f16::NAN.to_bits())
-    };
+    if encode_non_finite(x, &IQ1_M, out) {
+        return;
+    }
+    let c = fit1(x, 16, 8);
     let start = out.len();
-    if c.is_none() {
-        // A zero block with a NaN `d`, as the other formats' non-finite
-        // blocks (`encode_non_finite`).
-        encode_non_finite(x, IQ1_M.block_bytes, &[], out);
-    }
-    if let Some(c) = &c {
-        out.extend(c.points.iter().map(|&p| p as u8));
-        out.extend((0..QK_K / 16).map(|q| {
-            (0..2).fold(0u8, |a, h| {
-                let g = 2 * q + h;
-                a | ((c.points[g] >> 8) as u8 & 7 | u8::from(c.negative_delta[g]) << 3) << (4 * h)
-            })
-        }));
-        out.extend(std::iter::repeat_n(0, 8));
-    }
+    out.extend(c.points.iter().map(|&p| p as u8));
+    out.extend((0..QK_K / 16).map(|q| {
+        (0..2).fold(0u8, |a, h| {
+            let g = 2 * q + h;
+            a | ((c.points[g] >> 8) as u8 & 7 | u8::from(c.negative_delta[g]) << 3) << (4 * h)
+        })
+    }));
     for w in 0..4 {
-        let at = start + M_SCALES + 2 * w;
-        let scales = c.as_ref().map_or(0, |c| {
-            (0..4).fold(0u16, |a, t| a | u16::from(c.ls[4 * w + t]) << (3 * t))
-        });
-        let word = scales | (d >> (4 * w) & 15) << 12;
-        out[at..at + 2].copy_from_slice(&word.to_le_bytes());
+        let scales = (0..4).fold(0u16, |a, t| a | u16::from(c.ls[4 * w + t]) << (3 * t));
+        out.extend_from_slice(&scales.to_le_bytes());
     }
+    IQ1_M.scales[0].write(&mut out[start..], c.d.to_bits());
 }
 
 #[cfg(test)]
@@ -194,9 +170,9 @@ mod tests {
         m_quantize(&x, &mut b);
         assert_eq!(b.len(), IQ1_M.block_bytes);
         let c = fit1(&x, 16, 8);
-        assert_eq!(m_d(&b).to_bits(), c.d.to_f32().to_bits());
+        assert_eq!(IQ1_M.scales[0].get(&b).to_bits(), c.d.to_f32().to_bits());
         let mut nan = Vec::new();
         m_quantize(&[f32::NAN; QK_K], &mut nan);
-        assert!(m_d(&nan).is_nan());
+        assert!(IQ1_M.scales[0].get(&nan).is_nan());
     }
 }

@@ -20,7 +20,7 @@ use crate::format::ggml::lattice::{
     IQ2S, IQ2XS, IQ2XXS, IQ2_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
-use crate::format::row::{Format, Levels, QK};
+use crate::format::row::{Format, Levels, ScaleAt, QK};
 
 pub const IQ2_XXS: Format = Format {
     tag: "iq2_xxs",
@@ -30,7 +30,7 @@ pub const IQ2_XXS: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 4,
     bits: 2,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ2_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ2_CODEBOOK, xxs_levels, xxs_scale, 1),
     quantize: xxs_quantize,
@@ -45,7 +45,7 @@ pub const IQ2_XS: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 4 + QK_K / 32,
     bits: 2,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ2_CODEBOOK),
     dequantize: |b, o| {
         dequantize_by_levels(b, o, &IQ2_CODEBOOK, xs_levels, per16_scale::<XS_SCALES>, 2)
@@ -62,7 +62,7 @@ pub const IQ2_S: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 4 + QK_K / 16,
     bits: 2,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ2_CODEBOOK),
     dequantize: |b, o| {
         dequantize_by_levels(b, o, &IQ2_CODEBOOK, s_levels, per16_scale::<S_SCALES>, 2)
@@ -131,11 +131,11 @@ fn fit_for(
     x: &[f32],
     out: &mut Vec<u8>,
     grid: &'static Grid,
-    bytes: usize,
+    fmt: &Format,
     parity: bool,
     unit: usize,
 ) -> Option<Choice> {
-    if encode_non_finite(x, bytes, &[0], out) {
+    if encode_non_finite(x, fmt, out) {
         return None;
     }
     let c = fit(
@@ -155,7 +155,7 @@ fn fit_for(
 }
 
 fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
-    let Some(c) = fit_for(x, out, &IQ2XXS, IQ2_XXS.block_bytes, true, 32) else {
+    let Some(c) = fit_for(x, out, &IQ2XXS, &IQ2_XXS, true, 32) else {
         return;
     };
     for s in 0..QK_K / QK {
@@ -168,7 +168,7 @@ fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn xs_quantize(x: &[f32], out: &mut Vec<u8>) {
-    let Some(c) = fit_for(x, out, &IQ2XS, IQ2_XS.block_bytes, true, 16) else {
+    let Some(c) = fit_for(x, out, &IQ2XS, &IQ2_XS, true, 16) else {
         return;
     };
     for g in 0..QK_K / 8 {
@@ -179,7 +179,7 @@ fn xs_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
-    let Some(c) = fit_for(x, out, &IQ2S, IQ2_S.block_bytes, false, 16) else {
+    let Some(c) = fit_for(x, out, &IQ2S, &IQ2_S, false, 16) else {
         return;
     };
     let groups = QK_K / 8;

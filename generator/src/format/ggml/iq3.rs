@@ -17,7 +17,7 @@ use crate::format::ggml::lattice::{
     IQ3S_CODEBOOK, IQ3XXS, IQ3XXS_CODEBOOK,
 };
 use crate::format::ggml::numpy::read_f16;
-use crate::format::row::{Format, Levels, QK};
+use crate::format::row::{Format, Levels, ScaleAt, QK};
 
 pub const IQ3_XXS: Format = Format {
     tag: "iq3_xxs",
@@ -27,7 +27,7 @@ pub const IQ3_XXS: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 4 + QK_K / 8,
     bits: 3,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ3XXS_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ3XXS_CODEBOOK, xxs_levels, xxs_scale, 1),
     quantize: xxs_quantize,
@@ -42,7 +42,7 @@ pub const IQ3_S: Format = Format {
     super_block: QK_K,
     block_bytes: 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64,
     bits: 3,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&IQ3S_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ3S_CODEBOOK, s_levels, s_scale, 1),
     quantize: s_quantize,
@@ -114,7 +114,7 @@ fn fit3(x: &[f32], grid: &'static Grid, parity: bool, k: f32) -> Choice {
 }
 
 fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, IQ3_XXS.block_bytes, &[0], out) {
+    if encode_non_finite(x, &IQ3_XXS, out) {
         return;
     }
     let c = fit3(x, &IQ3XXS, true, 0.5);
@@ -129,7 +129,7 @@ fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, IQ3_S.block_bytes, &[0], out) {
+    if encode_non_finite(x, &IQ3_S, out) {
         return;
     }
     let c = fit3(x, &IQ3S, false, 2.0);

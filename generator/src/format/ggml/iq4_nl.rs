@@ -7,7 +7,7 @@
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::ggml::q4_0::nibbles;
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 /// IQ4_NL's codebook (ggml's `kvalues_iq4nl`): the int8 level of each 4-bit
 /// index, before the block scale.
@@ -23,7 +23,7 @@ pub const IQ4_NL: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK / 2,
     bits: 4,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Codebook(&VALUES),
     dequantize,
     quantize,

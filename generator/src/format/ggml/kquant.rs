@@ -12,7 +12,7 @@
 //! non-finite value is encoded with NaN super-block scales (which
 //! `GgmlMatrix::validate` refuses), never a panic.
 
-use crate::format::ggml::numpy::write_f16;
+use crate::format::row::Format;
 use crate::format::row::QK;
 
 /// Values per super-block.
@@ -76,24 +76,17 @@ pub(crate) fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     q
 }
 
-/// If a value is not finite, appends the encoding of a block that cannot
-/// be quantized, `bytes` of zeros with NaN f16s at `nan_at` (the
-/// super-block scales), and returns true.
-pub(crate) fn encode_non_finite(
-    x: &[f32],
-    bytes: usize,
-    nan_at: &[usize],
-    out: &mut Vec<u8>,
-) -> bool {
+/// If a value is not finite, appends the encoding of a block of `fmt` that
+/// cannot be quantized, zeros with NaN f16 scales (wherever the format keeps
+/// them), and returns true.
+pub(crate) fn encode_non_finite(x: &[f32], fmt: &Format, out: &mut Vec<u8>) -> bool {
     if x.iter().all(|v| v.is_finite()) {
         return false;
     }
     let start = out.len();
-    out.resize(start + bytes, 0);
-    let mut nan = Vec::with_capacity(2);
-    write_f16(&mut nan, f32::NAN);
-    for &at in nan_at {
-        out[start + at..start + at + 2].copy_from_slice(&nan);
+    out.resize(start + fmt.block_bytes, 0);
+    for &at in fmt.scales {
+        at.write(&mut out[start..], half::f16::NAN.to_bits());
     }
     true
 }

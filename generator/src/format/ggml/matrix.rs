@@ -17,7 +17,6 @@
 //! [`crate::format::table`].
 
 use crate::format::error::FormatError;
-use crate::format::ggml::numpy::read_f16;
 use crate::format::row::{GgmlType, QK};
 
 /// The largest block of any format (the K-quants' 256-value super-blocks).
@@ -137,9 +136,9 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
         // range (`d * sc` of the K-quants, IQ4_XS's `d * (ls - 32)`); the
         // int8 layout stores them as
         // f16, so those are checked too.
-        // Formats whose scales are not plain f16 fields (MXFP4's exponent
-        // byte) are checked through `sub_scale` in every block.
-        let no_f16 = fmt.scale_offsets.is_empty();
+        // Formats without f16 scales (MXFP4's exponent byte) are checked
+        // through `sub_scale` in every block.
+        let no_f16 = fmt.scales.is_empty();
         let derived = fmt
             .int8
             .filter(|r| r.mins || fmt.block > QK || r.scales_per_block > 1 || no_f16)
@@ -163,10 +162,10 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
             // all-ones exponent is an infinity or a NaN, and magnitudes
             // order as their bits do.
             let mut largest = 0u16;
-            for &at in fmt.scale_offsets {
-                let bits = u16::from_le_bytes([blk[at], blk[at + 1]]) & 0x7FFF;
+            for &at in fmt.scales {
+                let bits = at.read(blk) & 0x7FFF;
                 if bits >= F16_INF {
-                    return Err(bad("scale", read_f16(&blk[at..])));
+                    return Err(bad("scale", at.get(blk)));
                 }
                 largest = largest.max(bits);
             }
@@ -218,13 +217,9 @@ impl<D: AsRef<[u8]>> GgmlMatrix<D> {
     /// block of zero codes).
     pub fn scale(&self, row: usize, blk: usize) -> f32 {
         let (fmt, block) = (self.dtype.format(), self.block(row, blk));
-        match (
-            self.dtype.is_quantized(),
-            fmt.scale_offsets.first(),
-            fmt.int8,
-        ) {
+        match (self.dtype.is_quantized(), fmt.scales.first(), fmt.int8) {
             (false, ..) => 1.0,
-            (true, Some(&at), _) => read_f16(&block[at..]),
+            (true, Some(&at), _) => at.get(block),
             // No f16 field (MXFP4's exponent byte): its first sub-block's.
             (true, None, Some(r)) => (r.sub_scale)(block, 0).0,
             (true, None, None) => 1.0,

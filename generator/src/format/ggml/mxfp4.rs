@@ -27,7 +27,7 @@ pub const MXFP4: Format = Format {
     bits: 4,
     // No f16 scale: `GgmlMatrix::check_rows` checks every block's
     // `sub_scale` instead (see there).
-    scale_offsets: &[],
+    scales: &[],
     levels: Levels::Codebook(&VALUES),
     dequantize,
     quantize,

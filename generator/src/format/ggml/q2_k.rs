@@ -21,7 +21,7 @@ use crate::format::ggml::kquant::{
     sub_block_crumbs, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, ScaleAt, SubScaleKind, QK};
 
 pub const Q2_K: Format = Format {
     tag: "q2_k",
@@ -31,7 +31,7 @@ pub const Q2_K: Format = Format {
     super_block: QK_K,
     block_bytes: D + 4,
     bits: 2,
-    scale_offsets: &[D, D + 2],
+    scales: &[ScaleAt::Bytes(D), ScaleAt::Bytes(D + 2)],
     levels: Levels::Offset(0),
     dequantize,
     quantize,
@@ -106,7 +106,7 @@ const SEARCH: Search = Search {
 /// and `dmin = max min / 15` (stored as f16); the levels rounded again for
 /// the stored `d * sc` and `dmin * m`.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, Q2_K.block_bytes, &[D, D + 2], out) {
+    if encode_non_finite(x, &Q2_K, out) {
         return;
     }
     let mut q = [0u8; QK_K];
@@ -152,7 +152,7 @@ mod tests {
     fn row_and_bit_order() {
         assert_eq!(GgmlType::from_id(10), Some(GgmlType::Q2_K));
         assert_eq!(GgmlType::Q2_K.block_bytes(), 84);
-        assert_eq!(Q2_K.scale_offsets, [80, 82]);
+        assert_eq!(Q2_K.scales, [ScaleAt::Bytes(80), ScaleAt::Bytes(82)]);
         let lv: [u8; QK_K] = std::array::from_fn(|f| ((f * 3 % 4) ^ (f / 64 % 4)) as u8);
         let mut b = vec![0u8; 84];
         for (s, b) in b[..16].iter_mut().enumerate() {

@@ -23,7 +23,9 @@ use crate::format::ggml::kquant::{
     sub_block_crumbs, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{scale_k3, Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
+use crate::format::row::{
+    scale_k3, Format, Int8Repack, IntSubScales, Levels, ScaleAt, SubScaleKind, QK,
+};
 
 pub const Q3_K: Format = Format {
     tag: "q3_k",
@@ -33,7 +35,7 @@ pub const Q3_K: Format = Format {
     super_block: QK_K,
     block_bytes: D + 2,
     bits: 3,
-    scale_offsets: &[D],
+    scales: &[ScaleAt::Bytes(D)],
     levels: Levels::Offset(4),
     dequantize,
     quantize,
@@ -112,7 +114,7 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 /// again for the stored `d * sc`. An all-zero super-block has `d = 0`,
 /// scales 0 (stored 32) and levels 4.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, Q3_K.block_bytes, &[D], out) {
+    if encode_non_finite(x, &Q3_K, out) {
         return;
     }
     let mut l = [0i8; QK_K];
@@ -172,7 +174,7 @@ mod tests {
     fn row_and_bit_order() {
         assert_eq!(GgmlType::from_id(11), Some(GgmlType::Q3_K));
         assert_eq!(GgmlType::Q3_K.block_bytes(), 110);
-        assert_eq!(Q3_K.scale_offsets, [108]);
+        assert_eq!(Q3_K.scales, [ScaleAt::Bytes(108)]);
         // The int8 family stores q (0..8), the value q - 4.
         assert_eq!((Q3_K.level_value(0), Q3_K.level_value(7)), (-4, 3));
         let lv: [u8; QK_K] = std::array::from_fn(|f| (f * 5 % 8) as u8);

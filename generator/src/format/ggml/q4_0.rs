@@ -3,7 +3,7 @@
 //! the weight is `d * (nibble - 8)`.
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 pub const Q4_0: Format = Format {
     tag: "q4_0",
@@ -13,7 +13,7 @@ pub const Q4_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK / 2,
     bits: 4,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Offset(8),
     dequantize,
     quantize,

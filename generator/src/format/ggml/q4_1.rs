@@ -8,7 +8,7 @@
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
 use crate::format::ggml::q4_0::q4_0_order;
-use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, QK};
+use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 pub const Q4_1: Format = Format {
     tag: "q4_1",
@@ -18,7 +18,7 @@ pub const Q4_1: Format = Format {
     super_block: QK,
     block_bytes: 4 + QK / 2,
     bits: 4,
-    scale_offsets: &[0, 2],
+    scales: &[ScaleAt::Bytes(0), ScaleAt::Bytes(2)],
     levels: Levels::Offset(0),
     dequantize,
     quantize,

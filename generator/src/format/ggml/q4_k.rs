@@ -21,7 +21,9 @@ use crate::format::ggml::kquant::{
     scale_min_k4, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, NibbleStore, SubScaleKind, QK};
+use crate::format::row::{
+    Format, Int8Repack, IntSubScales, Levels, NibbleStore, ScaleAt, SubScaleKind, QK,
+};
 
 pub const Q4_K: Format = Format {
     tag: "q4_k",
@@ -31,7 +33,7 @@ pub const Q4_K: Format = Format {
     super_block: QK_K,
     block_bytes: HEADER + QK_K / 2,
     bits: 4,
-    scale_offsets: &[0, 2],
+    scales: &[ScaleAt::Bytes(0), ScaleAt::Bytes(2)],
     levels: Levels::Offset(0),
     dequantize,
     quantize,
@@ -129,7 +131,7 @@ const SEARCH: Search = Search {
 
 /// One super-block (kgen's quantizer, as llama.cpp's `quantize_row_q4_K`).
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, Q4_K.block_bytes, &[0, 2], out) {
+    if encode_non_finite(x, &Q4_K, out) {
         return;
     }
     let q = quantize_levels(x, 15, SEARCH, out);

@@ -10,7 +10,7 @@
 
 use crate::format::ggml::numpy::{argmax_abs, np_cast_i64, read_f16, write_f16};
 use crate::format::row::{
-    leading_f16_scale, FifthBits, Format, Int8Repack, Levels, NibbleStore, QK,
+    leading_f16_scale, FifthBits, Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK,
 };
 
 pub const Q5_0: Format = Format {
@@ -21,7 +21,7 @@ pub const Q5_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + 4 + QK / 2,
     bits: 5,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Offset(16),
     dequantize,
     quantize,

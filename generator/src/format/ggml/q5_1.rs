@@ -11,7 +11,7 @@
 use crate::format::ggml::numpy::{np_cast_i64, write_f16};
 use crate::format::ggml::q4_1::{np_max_min, scale_min};
 use crate::format::ggml::q5_0::{five_bit_levels, push_five_bit_levels};
-use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, QK};
+use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 pub const Q5_1: Format = Format {
     tag: "q5_1",
@@ -21,7 +21,7 @@ pub const Q5_1: Format = Format {
     super_block: QK,
     block_bytes: 2 + 2 + 4 + QK / 2,
     bits: 5,
-    scale_offsets: &[0, 2],
+    scales: &[ScaleAt::Bytes(0), ScaleAt::Bytes(2)],
     levels: Levels::Offset(0),
     dequantize,
     quantize,

@@ -12,7 +12,7 @@ use crate::format::ggml::kquant::{encode_non_finite, Search, QK_K};
 use crate::format::ggml::q4_k::{
     nibbles, quantize_levels, scale_and_min, sub_scale, HEADER, INT_SUB_SCALES,
 };
-use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, QK};
+use crate::format::row::{FifthBits, Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 pub const Q5_K: Format = Format {
     tag: "q5_k",
@@ -22,7 +22,7 @@ pub const Q5_K: Format = Format {
     super_block: QK_K,
     block_bytes: HEADER + QK_K / 8 + QK_K / 2,
     bits: 5,
-    scale_offsets: &[0, 2],
+    scales: &[ScaleAt::Bytes(0), ScaleAt::Bytes(2)],
     levels: Levels::Offset(0),
     dequantize,
     quantize,
@@ -72,7 +72,7 @@ const SEARCH: Search = Search {
 /// One super-block (kgen's quantizer, as llama.cpp's `quantize_row_q5_K`):
 /// Q4_K's with levels 0..=31.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, Q5_K.block_bytes, &[0, 2], out) {
+    if encode_non_finite(x, &Q5_K, out) {
         return;
     }
     let q = quantize_levels(x, 31, SEARCH, out);

@@ -16,7 +16,7 @@ use crate::format::ggml::kquant::{
     encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, SubScaleKind, QK};
+use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, ScaleAt, SubScaleKind, QK};
 
 pub const Q6_K: Format = Format {
     tag: "q6_k",
@@ -26,7 +26,7 @@ pub const Q6_K: Format = Format {
     super_block: QK_K,
     block_bytes: D + 2,
     bits: 6,
-    scale_offsets: &[D],
+    scales: &[ScaleAt::Bytes(D)],
     levels: Levels::Offset(32),
     dequantize,
     quantize,
@@ -106,7 +106,7 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 /// largest in magnitude to -128; the levels rounded again for the stored
 /// `d * sc`. An all-zero super-block has `d = 0` and levels 32.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, Q6_K.block_bytes, &[D], out) {
+    if encode_non_finite(x, &Q6_K, out) {
         return;
     }
     let mut l = [0i8; QK_K];
@@ -165,7 +165,7 @@ mod tests {
     fn row_and_bit_order() {
         assert_eq!(GgmlType::from_id(14), Some(GgmlType::Q6_K));
         assert_eq!(GgmlType::Q6_K.block_bytes(), 210);
-        assert_eq!(Q6_K.scale_offsets, [208]);
+        assert_eq!(Q6_K.scales, [ScaleAt::Bytes(208)]);
         // Stored levels 0..64 are q - 32.
         assert_eq!(Q6_K.level_value(0), -32);
         assert_eq!(Q6_K.level_value(63), 31);

@@ -2,7 +2,7 @@
 //! levels; the weight is `d * q`.
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
-use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, QK};
+use crate::format::row::{leading_f16_scale, Format, Int8Repack, Levels, ScaleAt, QK};
 
 pub const Q8_0: Format = Format {
     tag: "q8_0",
@@ -12,7 +12,7 @@ pub const Q8_0: Format = Format {
     super_block: QK,
     block_bytes: 2 + QK,
     bits: 8,
-    scale_offsets: &[0],
+    scales: &[ScaleAt::Bytes(0)],
     levels: Levels::Signed,
     dequantize,
     quantize,

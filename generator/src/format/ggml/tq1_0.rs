@@ -14,7 +14,7 @@
 use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::numpy::write_f16;
 use crate::format::ggml::tq2_0::{scale_at, ternary_dequantize, ternary_levels};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, Levels, ScaleAt, QK};
 
 pub const TQ1_0: Format = Format {
     tag: "tq1_0",
@@ -25,7 +25,7 @@ pub const TQ1_0: Format = Format {
     block_bytes: D + 2,
     // Ternary levels, repacked as 2-bit ones.
     bits: 2,
-    scale_offsets: &[D],
+    scales: &[ScaleAt::Bytes(D)],
     levels: Levels::Offset(1),
     dequantize,
     quantize,

@@ -13,7 +13,7 @@
 
 use crate::format::ggml::kquant::{crumb, pack_crumbs, sub_block_crumbs, QK_K};
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
-use crate::format::row::{Format, Int8Repack, Levels, QK};
+use crate::format::row::{Format, Int8Repack, Levels, ScaleAt, QK};
 
 pub const TQ2_0: Format = Format {
     tag: "tq2_0",
@@ -23,7 +23,7 @@ pub const TQ2_0: Format = Format {
     super_block: QK_K,
     block_bytes: D + 2,
     bits: 2,
-    scale_offsets: &[D],
+    scales: &[ScaleAt::Bytes(D)],
     levels: Levels::Offset(1),
     dequantize,
     quantize,
