@@ -207,11 +207,18 @@ pub fn dequantize_by_levels(
     sub_scale: fn(&[u8], usize) -> (f32, f32),
     scales_per_block: usize,
 ) {
+    let part = QK / scales_per_block;
     for (s, o) in out.chunks_exact_mut(QK).enumerate() {
         let l = levels(blk, s);
-        for (i, v) in o.iter_mut().enumerate() {
-            let (d, _) = sub_scale(blk, s * scales_per_block + i * scales_per_block / QK);
-            *v = d * codebook[l[i] as usize] as f32;
+        for (u, (o, l)) in o
+            .chunks_exact_mut(part)
+            .zip(l.chunks_exact(part))
+            .enumerate()
+        {
+            let (d, _) = sub_scale(blk, s * scales_per_block + u);
+            for (v, &q) in o.iter_mut().zip(l) {
+                *v = d * codebook[q as usize] as f32;
+            }
         }
     }
 }
@@ -374,9 +381,13 @@ fn fit_unit(t: &[f32], s: f32, f: &Fit) -> (f32, Vec<u16>, Vec<bool>) {
     }
 }
 
+/// The most index bits of half a grid point: IQ2's 8 values of 4 levels (2
+/// bits each) and IQ3's 4 values of 8 levels (3 bits each) give 8 and 6.
+const MAX_HALF_BITS: u32 = 8;
+
 /// The grid point nearest `t / s - delta` (squared error), first of equals.
 /// A point's error is the sum of its values' errors: those of the low and
-/// the high half of its index bits are tabled once per group (at most 2^6
+/// the high half of its index bits are tabled once per group (at most 2^8
 /// entries each), so each point costs two lookups.
 fn nearest_point(t: &[f32], s: f32, delta: f32, grid: &Grid) -> (u16, f32) {
     let mut cost = [[0f32; 8]; 8];
@@ -391,8 +402,9 @@ fn nearest_point(t: &[f32], s: f32, delta: f32, grid: &Grid) -> (u16, f32) {
     // Built one position at a time: entry `code` of the table over
     // positions `from..from + j + 1` is the table over `from..from + j`
     // at `code` without its top field, plus that field's cost.
-    let table = |from: usize| -> Vec<f32> {
-        let mut t = vec![0f32; 1 << half_bits];
+    debug_assert!(half_bits <= MAX_HALF_BITS);
+    let table = |from: usize| -> [f32; 1 << MAX_HALF_BITS] {
+        let mut t = [0f32; 1 << MAX_HALF_BITS];
         for j in 0..half {
             let shift = grid.bits as usize * j;
             for code in (0..1usize << (shift + grid.bits as usize)).rev() {
