@@ -332,3 +332,74 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
         );
     }
 }
+
+/// The formats of this file (32-value blocks without mins: Q4_0, Q8_0,
+/// Q5_0, IQ4_NL, MXFP4, and kgen's own) that this build has kernels for.
+fn flat_formats() -> Vec<GgmlType> {
+    kgen::format::int8_formats()
+        .filter(|f| f.int8.is_some_and(|r| !r.mins) && f.block == 32)
+        .map(GgmlType)
+        .filter(|t| matches!(t.tag(), "q4_0" | "q8_0") || common::i8_format_built(t.tag()))
+        .collect()
+}
+
+/// `KGEN_FORCE_ISA` picks each kernel this CPU runs for every such format:
+/// this test runs itself once per ISA in a child process with the variable
+/// set, where `Matrix::from_ggml` must select that ISA and match the oracle.
+/// On the qemu CPU models that skip the full sweep (scripts/test-aarch64.sh)
+/// this is these formats' oracle check.
+#[test]
+fn kgen_force_isa_selects_each_isa() {
+    let runnable = |t: GgmlType| -> Vec<&'static str> {
+        Registry::builtin()
+            .runnable(WeightFormat::Ggml(t), Op::Gemv)
+            .iter()
+            .map(|e| e.isa)
+            .collect()
+    };
+    if let Ok(isa) = std::env::var(kgen_runtime::FORCE_ISA_ENV) {
+        for t in flat_formats()
+            .into_iter()
+            .filter(|&t| runnable(t).contains(&&*isa))
+        {
+            // Quantized, not raw, blocks: random bytes make MXFP4 scales
+            // beyond f16, which loading refuses.
+            let wf = Rng::new(5).vec_f32(320 * 70);
+            let w = match t.tag() {
+                "q4_0" => quantize_symmetric(&wf, 320, 70, 4, 32),
+                "q8_0" => quantize_symmetric(&wf, 320, 70, 8, 32),
+                _ => GgmlMatrix::quantize(&wf, 320, 70, t),
+            };
+            let qm = Matrix::from_ggml(&w).unwrap();
+            assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (&*isa, &*isa));
+            for m in [1, 4, 9] {
+                let x = Rng::new(m as u64).vec_f32(m * 320);
+                let mut y = vec![f32::NAN; m * 70];
+                qm.gemm(&x, m, &mut y).unwrap();
+                let int = common::int_scales_of(qm.gemm_kernel());
+                common::check_i8_with(&w, &x, 320, m, &y, &format!("{t} {isa} rows {m}"), int);
+            }
+            println!("forced {isa} {t}: ok");
+        }
+        return;
+    }
+    const NAME: &str = "kgen_force_isa_selects_each_isa";
+    if !common::can_rerun_self(NAME) {
+        return;
+    }
+    let mut all: Vec<&str> = flat_formats().into_iter().flat_map(runnable).collect();
+    all.sort();
+    all.dedup();
+    for isa in all {
+        let (passed, text, message) = common::rerun_forced(NAME, isa);
+        for t in flat_formats()
+            .into_iter()
+            .filter(|&t| runnable(t).contains(&isa))
+        {
+            assert!(
+                passed && text.contains(&format!("forced {isa} {t}: ok")),
+                "{t}: {message}"
+            );
+        }
+    }
+}
