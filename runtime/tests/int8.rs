@@ -24,6 +24,21 @@ fn dtype(tag: &str) -> GgmlType {
     GgmlType(kgen::format::by_tag(tag).expect("a format of the table"))
 }
 
+/// A K x N matrix of `t` from seed `seed`: random weights quantized (raw
+/// random blocks would give MXFP4 scales beyond f16, which loading
+/// refuses), raw blocks for the lattice formats (see [`common::LATTICE`]).
+fn weights(t: GgmlType, k: usize, n: usize, seed: u64) -> GgmlMatrix {
+    if common::LATTICE.contains(&t.tag()) {
+        return common::raw_blocks(t, k, n, seed);
+    }
+    let wf = Rng::new(seed).vec_f32(k * n);
+    match t.tag() {
+        "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
+        "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
+        _ => GgmlMatrix::quantize(&wf, k, n, t),
+    }
+}
+
 #[test]
 fn every_int8_kernel_matches_the_oracle() {
     let reg = Registry::builtin();
@@ -51,15 +66,7 @@ fn every_int8_kernel_matches_the_oracle() {
         for (si, &(k, n)) in SHAPES.iter().enumerate() {
             // K-quants: whole 256-value super-blocks.
             let k = k.div_ceil(bv) * bv;
-            let wf = Rng::new(40 + si as u64).vec_f32(k * n);
-            let w = match format {
-                "q4_0" => quantize_symmetric(&wf, k, n, 4, 32),
-                "q8_0" => quantize_symmetric(&wf, k, n, 8, 32),
-                f if common::LATTICE.contains(&f) => {
-                    common::raw_blocks(dtype(format), k, n, 40 + si as u64)
-                }
-                _ => GgmlMatrix::quantize(&wf, k, n, dtype(format)),
-            };
+            let w = weights(dtype(format), k, n, 40 + si as u64);
             for isa in &isas {
                 let qm = Matrix::from_ggml_with(&reg.with_isa(Some(isa)), &w).unwrap();
                 assert_eq!(qm.family(), Family::Int8);
@@ -312,11 +319,7 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
             qm.gemm(&x, m, &mut y).unwrap();
             check(&w, &x, 320, m, &y, &format!("{isa} rows {m}"));
         }
-        println!("forced {isa}: ok");
-        return;
-    }
-    const NAME: &str = "q5_0_kgen_force_isa_selects_each_isa";
-    if !common::can_rerun_self(NAME) {
+        println!("forced {isa} {}: ok", GgmlType::Q5_0);
         return;
     }
     let isas: Vec<&str> = Registry::builtin()
@@ -324,13 +327,10 @@ fn q5_0_kgen_force_isa_selects_each_isa() {
         .iter()
         .map(|e| e.isa)
         .collect();
-    for isa in isas {
-        let (passed, text, message) = common::rerun_forced(NAME, isa);
-        assert!(
-            passed && text.contains(&format!("forced {isa}: ok")),
-            "{message}"
-        );
-    }
+    common::assert_each_isa_forced(
+        "q5_0_kgen_force_isa_selects_each_isa",
+        &[(GgmlType::Q5_0, isas)],
+    );
 }
 
 /// The formats of this file (32-value blocks without mins: Q4_0, Q8_0,
@@ -362,14 +362,7 @@ fn kgen_force_isa_selects_each_isa() {
             .into_iter()
             .filter(|&t| runnable(t).contains(&&*isa))
         {
-            // Quantized, not raw, blocks: random bytes make MXFP4 scales
-            // beyond f16, which loading refuses.
-            let wf = Rng::new(5).vec_f32(320 * 70);
-            let w = match t.tag() {
-                "q4_0" => quantize_symmetric(&wf, 320, 70, 4, 32),
-                "q8_0" => quantize_symmetric(&wf, 320, 70, 8, 32),
-                _ => GgmlMatrix::quantize(&wf, 320, 70, t),
-            };
+            let w = weights(t, 320, 70, 5);
             let qm = Matrix::from_ggml(&w).unwrap();
             assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (&*isa, &*isa));
             for m in [1, 4, 9] {
@@ -383,23 +376,9 @@ fn kgen_force_isa_selects_each_isa() {
         }
         return;
     }
-    const NAME: &str = "kgen_force_isa_selects_each_isa";
-    if !common::can_rerun_self(NAME) {
-        return;
-    }
-    let mut all: Vec<&str> = flat_formats().into_iter().flat_map(runnable).collect();
-    all.sort();
-    all.dedup();
-    for isa in all {
-        let (passed, text, message) = common::rerun_forced(NAME, isa);
-        for t in flat_formats()
-            .into_iter()
-            .filter(|&t| runnable(t).contains(&isa))
-        {
-            assert!(
-                passed && text.contains(&format!("forced {isa} {t}: ok")),
-                "{t}: {message}"
-            );
-        }
-    }
+    let formats: Vec<_> = flat_formats()
+        .into_iter()
+        .map(|t| (t, runnable(t)))
+        .collect();
+    common::assert_each_isa_forced("kgen_force_isa_selects_each_isa", &formats);
 }

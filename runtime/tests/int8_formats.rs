@@ -237,26 +237,9 @@ fn kgen_force_isa_selects_each_isa() {
         }
         return;
     }
-    const NAME: &str = "kgen_force_isa_selects_each_isa";
-    if !common::can_rerun_self(NAME) {
-        return;
-    }
     let reg = Registry::builtin();
-    let mut all: Vec<&str> = formats().into_iter().flat_map(|t| isas(reg, t)).collect();
-    all.sort();
-    all.dedup();
-    for isa in all {
-        let (passed, text, message) = common::rerun_forced(NAME, isa);
-        for t in formats()
-            .into_iter()
-            .filter(|&t| isas(reg, t).contains(&isa))
-        {
-            assert!(
-                passed && text.contains(&format!("forced {isa} {t}: ok")),
-                "{t}: {message}"
-            );
-        }
-    }
+    let formats: Vec<_> = formats().into_iter().map(|t| (t, isas(reg, t))).collect();
+    common::assert_each_isa_forced("kgen_force_isa_selects_each_isa", &formats);
 }
 
 /// 4-bit GPTQ on the int8 family (its Q4_1 kernels, zero points as mins),

@@ -350,6 +350,31 @@ pub fn rerun_forced(name: &str, isa: &str) -> (bool, String, String) {
     (out.status.success(), text, message)
 }
 
+/// The parent side of forced-ISA test `name`: reruns this binary once per
+/// ISA that some format of `formats` (each with its runnable ISAs) runs,
+/// and asserts that the child passed and printed `forced {isa} {format}: ok`
+/// for every format with a kernel for that ISA.
+pub fn assert_each_isa_forced(name: &str, formats: &[(GgmlType, Vec<&'static str>)]) {
+    if !can_rerun_self(name) {
+        return;
+    }
+    let mut all: Vec<&str> = formats
+        .iter()
+        .flat_map(|(_, i)| i.iter().copied())
+        .collect();
+    all.sort();
+    all.dedup();
+    for isa in all {
+        let (passed, text, message) = rerun_forced(name, isa);
+        for (t, _) in formats.iter().filter(|(_, i)| i.contains(&isa)) {
+            assert!(
+                passed && text.contains(&format!("forced {isa} {t}: ok")),
+                "{t}: {message}"
+            );
+        }
+    }
+}
+
 /// Raw blocks of `dtype`: uniformly random bytes (every level, sub-block
 /// scale and min code in every position), f16 scales of both signs over
 /// several orders of magnitude where the format keeps them, the first
