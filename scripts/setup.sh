@@ -13,4 +13,4 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
-python3 -m pip install --quiet --disable-pip-version-check safetensors numpy gguf
+python3 -m pip install --quiet --disable-pip-version-check -r "$(dirname "$0")/requirements.txt"

@@ -3,7 +3,8 @@
 //! The tensors grouped by ggml type with their shapes; for every quantized
 //! type the kernel it gets here and the time its tensors took to load and
 //! repack (a 3-D tensor, a mixture-of-experts stack, counts as one tensor
-//! and as one matrix per expert); the ones kgen has no kernel for, and why.
+//! and as one matrix per expert; an older file's per-expert tensors count
+//! one each); the ones kgen has no kernel for, and why.
 //! `--check` runs each matrix's GEMV (every expert's) on a fixed activation
 //! against an f64 product with the dequantized weights and reports the
 //! largest relative error per type. The exit status is 1 if a quantized
@@ -140,11 +141,18 @@ fn run(cli: &Cli) -> Result<Report, kgen_runtime::Error> {
         r.status = "unsupported".into();
         r.reason = Some(why.to_string());
     }
-    let stacks = loaded
-        .experts
+    // Each matrix as (the tensor that holds it, which expert of that
+    // tensor): a stack stored one tensor per expert has a tensor each.
+    let stacks = loaded.experts.iter().flat_map(|(name, s)| {
+        s.iter().enumerate().map(|(e, m)| {
+            let at = model.expert_tensor(name, e).expect("a loaded expert");
+            (at.0, at.1, m)
+        })
+    });
+    let matrices = loaded
+        .matrices
         .iter()
-        .flat_map(|(name, s)| s.iter().enumerate().map(move |(e, m)| (name, Some(e), m)));
-    let matrices = loaded.matrices.iter().map(|(name, m)| (name, None, m));
+        .map(|(name, m)| (name.as_str(), None, m));
     for (name, expert, m) in matrices.chain(stacks) {
         let r = types.get_mut(&type_of(name)).expect("a listed type");
         r.family = Some(m.family().to_string());

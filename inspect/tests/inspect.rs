@@ -145,6 +145,30 @@ fn expert_stacks_are_loaded_and_checked_per_expert() {
     let e = q4k["max_rel_error"].as_f64().unwrap();
     assert!(e > 0.0 && e < 2e-2, "{e}");
 
+    // The same experts as an older file stores them, one tensor each (in
+    // the file in another order): each is checked against its own blocks.
+    let split = dir.path().join("split.gguf");
+    let names: Vec<String> = (0..3)
+        .map(|e| format!("blk.0.ffn_down.{e}.weight"))
+        .collect();
+    let (kn, k8) = ([k, n], [k, 8]);
+    let mut tensors: Vec<(&str, u32, &[usize], &[u8])> = [1, 2, 0]
+        .into_iter()
+        .map(|e| (names[e].as_str(), id, &kn[..], &experts[e].data[..]))
+        .collect();
+    tensors.push(("blk.0.attn_v.weight", id, &k8, &dense.data));
+    std::fs::write(&split, gguf_image_raw(&tensors)).unwrap();
+    let (code, out, err) = inspect(&[split.to_str().unwrap(), "--check", "--json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let q4k = &v["types"][0];
+    assert_eq!(
+        (q4k["tensors"].as_u64(), q4k["matrices"].as_u64()),
+        (Some(4), Some(4))
+    );
+    let e = q4k["max_rel_error"].as_f64().unwrap();
+    assert!(e > 0.0 && e < 2e-2, "{e}");
+
     // Q8_K experts (type 15, 256 values in 292 bytes): unsupported.
     let bad = dir.path().join("q8k.gguf");
     let image = gguf_image_raw(&[("blk.0.ffn_up_exps.weight", 15, &[256, 1, 2], &[0u8; 584])]);

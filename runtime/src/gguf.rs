@@ -145,6 +145,14 @@ impl MetaValue {
     }
 }
 
+/// Whether `t` is a mixture-of-experts layer's stack of experts by
+/// llama.cpp's naming (`blk.N.ffn_{gate,up,down}_exps.weight`, ...): a 3-D
+/// tensor with `_exps` in its name. Other 3-D tensors (a matrix per
+/// attention head) are not checked against the expert count.
+fn is_expert_stack(t: &TensorInfo) -> bool {
+    t.experts().is_some() && t.name.contains("_exps.")
+}
+
 /// The most matrices a 3-D tensor may stack: far more than any model's
 /// experts (DeepSeek-V3 has 256, Kimi K2 384) or attention heads, and a
 /// bound on what a corrupt header can make a loader allocate per tensor.
@@ -504,7 +512,46 @@ impl GgufFile {
             t.range = self.tensor_range(t, bytes.len())?;
         }
         self.tensors = tensors;
+        if let Some(count) = self.declared_expert_count()? {
+            for t in self.tensors.iter().filter(|t| is_expert_stack(t)) {
+                let e = t.experts().expect("a stack is 3-D");
+                if e != u64::from(count) {
+                    return Err(format!(
+                        "tensor {:?} stacks {e} experts ({:?}), but {:?} says {count}",
+                        t.name,
+                        t.dims,
+                        self.expert_count_key().unwrap_or_default()
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The metadata key of the experts per MoE layer, `{arch}.expert_count`,
+    /// where the file names its architecture.
+    fn expert_count_key(&self) -> Option<String> {
+        let arch = self.metadata_str("general.architecture")?;
+        Some(format!("{arch}.expert_count"))
+    }
+
+    /// The experts per MoE layer the metadata declares
+    /// (`{arch}.expert_count`), if it does; a value that is not an integer
+    /// is an error, found when the file is opened. Opening a file checks its stacks of experts against it
+    /// (as llama.cpp refuses a tensor whose shape disagrees with it), so a
+    /// count that disagrees with the tensors is a corrupt file, not a
+    /// matrix short of experts found at run time.
+    fn declared_expert_count(&self) -> Result<Option<u32>, String> {
+        let Some(key) = self.expert_count_key() else {
+            return Ok(None);
+        };
+        match self.metadata(&key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_u32()
+                .map(Some)
+                .ok_or_else(|| format!("metadata {key:?} is not an integer that fits in u32")),
+        }
     }
 
     /// Checks a tensor's shape and offset; its byte range if its type is known.
@@ -602,6 +649,13 @@ impl GgufFile {
 
     pub fn metadata(&self, key: &str) -> Option<&MetaValue> {
         self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// The experts per MoE layer the metadata declares
+    /// (`{arch}.expert_count`), if it does. Every stack of experts in the
+    /// file has that many: opening the file checked it.
+    pub fn expert_count(&self) -> Option<u32> {
+        self.declared_expert_count().ok().flatten()
     }
 
     /// A string value (e.g. `general.architecture`).

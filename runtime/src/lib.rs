@@ -31,6 +31,7 @@ mod matrix;
 mod model;
 mod panels;
 pub mod pool;
+mod stacks;
 
 pub use dispatch::{Registry, FORCE_ISA_ENV};
 pub use error::Error;

@@ -26,6 +26,7 @@ use crate::format::WeightFormat;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::matrix::Matrix;
 use crate::pool::Pool;
+use crate::stacks::SplitStacks;
 use kgen::format::ggml::{self, GgmlType};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -38,11 +39,15 @@ use std::time::{Duration, Instant};
 pub struct Model {
     file: GgufFile,
     registry: &'static Registry,
+    /// Stacks of experts stored one 2-D tensor per expert (older files).
+    split: SplitStacks,
 }
 
 /// What [`Model::load_all`] made: the matrices by tensor name, the stacks
-/// of experts (3-D tensors) by tensor name, the quantized tensors that have
-/// no kernel or are neither 2-D nor 3-D (with why), and a summary per type.
+/// of experts by tensor name (3-D tensors; a stack an older file stores one
+/// tensor per expert, `blk.N.ffn_up.E.weight`, under the merged name
+/// `blk.N.ffn_up_exps.weight`), the quantized tensors that have no kernel
+/// or are neither 2-D nor 3-D (with why), and a summary per type.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct LoadedModel {
@@ -57,7 +62,7 @@ pub struct LoadedModel {
 #[non_exhaustive]
 pub struct TypeSummary {
     pub type_name: String,
-    /// Tensors: a stack of experts counts once.
+    /// Tensors: a stack of experts counts once (stored per expert too).
     pub count: usize,
     /// Matrices: a stack of experts counts once per expert.
     pub matrices: usize,
@@ -97,7 +102,12 @@ impl Model {
     /// As [`Model::open`], with the kernels of `registry`.
     pub fn open_with(registry: &'static Registry, path: impl AsRef<Path>) -> Result<Model, Error> {
         let file = GgufFile::open(path.as_ref()).map_err(|e| Error::Load(e.to_string()))?;
-        Ok(Model { file, registry })
+        let split = SplitStacks::find(&file)?;
+        Ok(Model {
+            file,
+            registry,
+            split,
+        })
     }
 
     /// Every tensor of the file: name, ggml type and dimensions
@@ -121,8 +131,10 @@ impl Model {
     }
 
     /// Loads matrix `expert` of a 3-D tensor (`dims = [k, n, experts]`),
-    /// reading only its bytes. An index past the stack is
-    /// [`Error::Shape`]; errors are otherwise as [`Model::matrix`]'s.
+    /// reading only its bytes. `name` may also be the merged name of a
+    /// stack the file stores one tensor per expert (see [`LoadedModel`]).
+    /// An index past the stack is [`Error::Shape`]; errors are otherwise as
+    /// [`Model::matrix`]'s.
     pub fn expert(&self, name: &str, expert: usize) -> Result<Matrix, Error> {
         let count = self.stack(name)?;
         if expert >= count {
@@ -131,6 +143,9 @@ impl Model {
                 self.path()
             )));
         }
+        if let Some(experts) = self.split.experts(name) {
+            return self.matrix(&experts[expert]);
+        }
         let m = Matrix::from_gguf_expert(self.registry, &self.file, name, expert);
         self.file.release_expert(name, expert);
         m.map_err(|e| self.classify(name, e))
@@ -138,7 +153,9 @@ impl Model {
 
     /// Loads every matrix of a 3-D tensor (a MoE layer's experts), each
     /// repacked on its own and its pages released after it (see
-    /// [`Experts`]); a 2-D tensor is an error.
+    /// [`Experts`]); a 2-D tensor is an error. A stack that the file stores
+    /// one tensor per expert loads by its merged name
+    /// (`blk.N.ffn_up_exps.weight` for `blk.N.ffn_up.E.weight`).
     pub fn experts(&self, name: &str) -> Result<Experts, Error> {
         let count = self.stack(name)?;
         let matrices = (0..count)
@@ -150,9 +167,27 @@ impl Model {
         Experts::new(matrices?)
     }
 
+    /// Where expert `expert` of the stack `name` is in the file: (the 3-D
+    /// tensor `name`, `Some(expert)`), or, for a stack stored one tensor
+    /// per expert, (that expert's 2-D tensor, `None`); for reading its raw
+    /// blocks with [`GgufFile::expert`] or [`GgufFile::matrix`]. `None` if
+    /// there is no such stack or expert.
+    pub fn expert_tensor(&self, name: &str, expert: usize) -> Option<(&str, Option<usize>)> {
+        match self.split.experts(name) {
+            Some(experts) => experts.get(expert).map(|t| (t.as_str(), None)),
+            None => {
+                let t = self.file.tensor_info(name)?;
+                (t.experts()? > expert as u64).then_some((t.name.as_str(), Some(expert)))
+            }
+        }
+    }
+
     /// The number of matrices the 3-D tensor `name` stacks, or why it is
     /// not a stack kgen loads (a file's error: [`Error::Load`]).
     fn stack(&self, name: &str) -> Result<usize, Error> {
+        if let Some(experts) = self.split.experts(name) {
+            return Ok(experts.len());
+        }
         self.file
             .stack_len(name)
             .map_err(|e| Error::Load(e.to_string()))
@@ -267,6 +302,8 @@ impl Model {
             types: Vec::new(),
         };
         let mut types: BTreeMap<String, TypeSummary> = BTreeMap::new();
+        // Stacks stored one tensor per expert: merged name -> (expert, tensor, matrix).
+        let mut split: BTreeMap<&str, Vec<(usize, &str, Matrix)>> = BTreeMap::new();
         'tensor: for (t, mut results) in tensors.iter().zip(outcomes) {
             if t.experts().is_some() {
                 // The pages two experts share (see `Model::experts`).
@@ -303,15 +340,32 @@ impl Model {
                     s.kernel = m.gemv_kernel().name.to_string();
                 }
             }
-            s.count += 1;
+            let member = self.split.member(&t.name);
+            // A stack counts once however the file stores it.
+            s.count += usize::from(member.is_none_or(|(_, e)| e == 0));
             s.matrices += matrices.len();
             s.bytes += size(t);
             s.repack += took;
-            if t.experts().is_some() {
+            if let Some((merged, e)) = member {
+                let m = matrices.pop().expect("a 2-D tensor is one matrix");
+                split.entry(merged).or_default().push((e, &t.name, m));
+            } else if t.experts().is_some() {
                 out.experts.insert(t.name.clone(), Experts::new(matrices)?);
             } else {
                 let m = matrices.pop().expect("a 2-D tensor is one matrix");
                 out.matrices.insert(t.name.clone(), m);
+            }
+        }
+        for (merged, mut experts) in split {
+            // The experts share one type, so all load or none does.
+            if Some(experts.len()) == self.split.experts(merged).map(<[String]>::len) {
+                experts.sort_by_key(|&(e, _, _)| e);
+                let stack = Experts::new(experts.into_iter().map(|(_, _, m)| m).collect())?;
+                out.experts.insert(merged.to_string(), stack);
+            } else {
+                for (_, name, m) in experts {
+                    out.matrices.insert(name.to_string(), m);
+                }
             }
         }
         out.types = types.into_values().collect();

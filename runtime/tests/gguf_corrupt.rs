@@ -216,7 +216,8 @@ fn corrupt_blocks_through_the_checked_repack() {
     );
 }
 
-/// A mixture-of-experts file (3-D stacks beside a 2-D matrix) with random
+/// A mixture-of-experts file (3-D stacks and a stack stored per expert
+/// beside a 2-D matrix) with random
 /// byte changes anywhere, header included, loaded whole with
 /// `Model::load_all` and one expert at a time: Ok or Err, never a panic or
 /// a hang on a count the file cannot hold; what loads runs.
@@ -249,6 +250,19 @@ fn corrupt_expert_stacks_never_panic() {
             GgmlType::Q4_K.id(),
             &[256, 4],
             &dense.data,
+        ),
+        // A stack stored one tensor per expert, as older Mixtral files do.
+        (
+            "blk.1.ffn_up.0.weight",
+            GgmlType::Q4_0.id(),
+            &[64, 8],
+            &a[0].data,
+        ),
+        (
+            "blk.1.ffn_up.1.weight",
+            GgmlType::Q4_0.id(),
+            &[64, 8],
+            &a[1].data,
         ),
     ]);
     let dir = tempfile::tempdir().unwrap();

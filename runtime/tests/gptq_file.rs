@@ -3,7 +3,7 @@
 //! which also stores the dequantized weights it expects.
 //!
 //! Needs `python3`; if `safetensors` or `numpy` are missing the tests try
-//! `pip install --quiet safetensors numpy` once and fail loudly otherwise.
+//! `pip install --quiet -r scripts/requirements.txt` once and fail loudly otherwise.
 
 use kgen::spec::Group;
 use kgen_runtime::gptq_file::{
@@ -36,15 +36,17 @@ fn ensure_python() {
         if python_has_deps()? {
             return Ok(());
         }
-        eprintln!("python3 lacks safetensors/numpy: running pip install --quiet safetensors numpy");
+        // The versions scripts/setup.sh installs.
+        let reqs = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/requirements.txt");
+        eprintln!("python3 lacks safetensors/numpy: running pip install --quiet -r {reqs}");
         let st = Command::new(PYTHON)
-            .args(["-m", "pip", "install", "--quiet", "safetensors", "numpy"])
+            .args(["-m", "pip", "install", "--quiet", "-r", reqs])
             .status()
             .map_err(|e| format!("cannot run pip ({e})"))?;
         if python_has_deps()? {
             Ok(())
         } else {
-            Err(format!("pip install safetensors numpy failed ({st})"))
+            Err(format!("pip install -r {reqs} failed ({st})"))
         }
     });
     if let Err(e) = r {

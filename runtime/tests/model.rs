@@ -376,3 +376,202 @@ fn routed_products_match_each_expert_on_every_isa() {
         }
     }
 }
+
+/// Older Mixtral files store each expert as its own 2-D tensor
+/// (`blk.N.ffn_up.E.weight`): they load as a stack under the merged name
+/// (`blk.N.ffn_up_exps.weight`), through `Model::experts`, `Model::expert`
+/// and `Model::load_all`, the same matrices as each tensor loaded alone.
+#[test]
+fn per_expert_tensors_load_as_one_stack() {
+    use kgen::format::ggml::{gguf_image_raw_with, Meta};
+    assert!(i8_format_built("q4_0") && i8_format_built("q8_0"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixtral-old.gguf");
+    let (k, n) = (64, 24);
+    let up: Vec<GgmlMatrix> = (0..3)
+        .map(|e| quantized(k, n, GgmlType::Q4_0, 30 + e))
+        .collect();
+    let gate: Vec<GgmlMatrix> = (0..3)
+        .map(|e| quantized(k, n, GgmlType::Q8_0, 40 + e))
+        .collect();
+    let dense = quantized(k, n, GgmlType::Q4_0, 50);
+    let names: Vec<String> = (0..3)
+        .flat_map(|e| {
+            [
+                format!("blk.0.ffn_up.{e}.weight"),
+                format!("blk.0.ffn_gate.{e}.weight"),
+            ]
+        })
+        .collect();
+    // Expert order in the file is not expert order: 2, 0, 1.
+    let mut tensors: Vec<(&str, u32, &[usize], &[u8])> = Vec::new();
+    let dims = [k, n];
+    for e in [2, 0, 1] {
+        tensors.push((&names[2 * e], 2, &dims, &up[e].data));
+        tensors.push((&names[2 * e + 1], 8, &dims, &gate[e].data));
+    }
+    tensors.push(("blk.0.attn_q.weight", 2, &dims, &dense.data));
+    let meta = [
+        ("general.architecture", Meta::Str("llama")),
+        ("llama.expert_count", Meta::U32(3)),
+    ];
+    std::fs::write(&path, gguf_image_raw_with(&meta, &tensors)).unwrap();
+
+    let model = Model::open(&path).unwrap();
+    assert_eq!(model.file().expert_count(), Some(3));
+    let x = Rng::new(6).vec_f32(k);
+    let gemv = |m: &Matrix| {
+        let mut y = vec![0.0; n];
+        m.gemv(&x, &mut y).unwrap();
+        y
+    };
+    for (merged, mats, kind) in [
+        ("blk.0.ffn_up_exps.weight", &up, "ffn_up"),
+        ("blk.0.ffn_gate_exps.weight", &gate, "ffn_gate"),
+    ] {
+        let stack = model.experts(merged).unwrap();
+        assert_eq!((stack.len(), stack.k(), stack.n()), (3, k, n), "{merged}");
+        for (e, m) in mats.iter().enumerate() {
+            let want = gemv(&Matrix::from_ggml(m).unwrap());
+            assert_eq!(gemv(stack.get(e).unwrap()), want, "{merged} expert {e}");
+            assert_eq!(gemv(&model.expert(merged, e).unwrap()), want);
+            let alone = model.matrix(&format!("blk.0.{kind}.{e}.weight")).unwrap();
+            assert_eq!(gemv(&alone), want);
+        }
+        let e = model.expert(merged, 3).unwrap_err();
+        assert!(matches!(e, Error::Shape(_)), "{e}");
+    }
+
+    let all = model.load_all(&Pool::new(2)).unwrap();
+    assert_eq!(
+        all.experts.keys().collect::<Vec<_>>(),
+        ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"]
+    );
+    assert_eq!(
+        all.matrices.keys().collect::<Vec<_>>(),
+        ["blk.0.attn_q.weight"]
+    );
+    for (merged, mats) in [
+        ("blk.0.ffn_up_exps.weight", &up),
+        ("blk.0.ffn_gate_exps.weight", &gate),
+    ] {
+        let stack = &all.experts[merged];
+        for (e, m) in mats.iter().enumerate() {
+            let want = gemv(&Matrix::from_ggml(m).unwrap());
+            assert_eq!(gemv(stack.get(e).unwrap()), want, "{merged} expert {e}");
+        }
+    }
+    // Q4_0: the attention matrix and one stack; Q8_0: one stack.
+    let counts: Vec<(String, usize, usize)> = all
+        .types
+        .iter()
+        .map(|s| (s.type_name.clone(), s.count, s.matrices))
+        .collect();
+    assert_eq!(
+        counts,
+        [("Q4_0".to_string(), 2, 4), ("Q8_0".to_string(), 1, 3)]
+    );
+}
+
+/// A file whose stacks of experts disagree with `{arch}.expert_count`, or
+/// whose per-expert tensors do not make a whole stack, is refused when it
+/// is opened, with the file and the tensor named.
+#[test]
+fn expert_counts_and_per_expert_groups_that_disagree_are_refused() {
+    use kgen::format::ggml::{gguf_image_raw_with, Meta};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.gguf");
+    let (k, n) = (32, 4);
+    let m = quantized(k, n, GgmlType::Q4_0, 60);
+    let m8 = quantized(k, n, GgmlType::Q8_0, 61);
+    let stack: Vec<u8> = (0..3).flat_map(|_| m.data.clone()).collect();
+    let arch = ("general.architecture", Meta::Str("qwen3moe"));
+    let open = |meta: &[(&str, Meta)], tensors: &[(&str, u32, &[usize], &[u8])]| {
+        std::fs::write(&path, gguf_image_raw_with(meta, tensors)).unwrap();
+        Model::open(&path).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let (d2, d3): (&[usize], &[usize]) = (&[k, n], &[k, n, 3]);
+    let merged = ("blk.0.ffn_up_exps.weight", 2, d3, &stack[..]);
+    let one = |e: usize| format!("blk.1.ffn_down.{e}.weight");
+    let (e0, e1, e2, e3) = (one(0), one(1), one(2), one(3));
+
+    // Agreeing counts, merged or per expert, open.
+    let count3 = [arch, ("qwen3moe.expert_count", Meta::U32(3))];
+    open(&count3, &[merged]).unwrap();
+    let split3 = [
+        (&e0[..], 2, d2, &m.data[..]),
+        (&e1[..], 2, d2, &m.data[..]),
+        (&e2[..], 2, d2, &m.data[..]),
+    ];
+    open(&count3, &split3).unwrap();
+    // No count, or a count without an architecture: nothing to check.
+    open(&[], &[merged]).unwrap();
+    open(&[("qwen3moe.expert_count", Meta::U32(8))], &[merged]).unwrap();
+    // A 3-D tensor that is not a stack of experts is not checked.
+    let count8 = [arch, ("qwen3moe.expert_count", Meta::U32(8))];
+    open(&count8, &[("blk.0.attn_k_b.weight", 2, d3, &stack[..])]).unwrap();
+
+    let refused = [
+        (
+            open(&count8, &[merged]),
+            vec![
+                "blk.0.ffn_up_exps.weight",
+                "stacks 3 experts",
+                "qwen3moe.expert_count",
+                "8",
+            ],
+        ),
+        (
+            open(
+                &[arch, ("qwen3moe.expert_count", Meta::Str("three"))],
+                &[merged],
+            ),
+            vec!["qwen3moe.expert_count", "not an integer"],
+        ),
+        (
+            open(&count8, &split3),
+            vec![
+                "blk.1.ffn_down_exps.weight",
+                "3 per-expert tensors",
+                "says 8",
+            ],
+        ),
+        (
+            open(&[], &[split3[0], split3[2]]),
+            vec![&e2[..], "expert 1 is missing"],
+        ),
+        (
+            open(&[], &[split3[1], split3[2]]),
+            vec![&e1[..], "expert 0 is missing"],
+        ),
+        (
+            open(&[], &[split3[0], (&e1[..], 8, d2, &m8.data[..]), split3[2]]),
+            vec![&e1[..], "Q8_0", "Q4_0"],
+        ),
+        (
+            open(
+                &[],
+                &[split3[0], ("blk.1.ffn_down_exps.weight", 2, d3, &stack[..])],
+            ),
+            vec!["blk.1.ffn_down_exps.weight", "both merged"],
+        ),
+        (
+            open(
+                &[],
+                &[split3[0], split3[1], (&e3[..], 2, &[k, n, 1], &m.data[..])],
+            ),
+            vec![&e3[..], "expert 2 is missing"],
+        ),
+        (
+            open(&[], &[(&e0[..], 2, d3, &stack[..])]),
+            vec![&e0[..], "3 dimensions"],
+        ),
+    ];
+    for (i, (result, words)) in refused.iter().enumerate() {
+        let e = result.as_ref().expect_err(&format!("case {i} opened"));
+        assert!(e.contains("bad.gguf"), "case {i}: {e}");
+        for w in words {
+            assert!(e.contains(w), "case {i}: {e:?} lacks {w:?}");
+        }
+    }
+}

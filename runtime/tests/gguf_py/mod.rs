@@ -9,7 +9,7 @@
 //! writer and dequantizer ([`from_bytes`]).
 //!
 //! Needs `python3`; if `gguf` or `numpy` are missing the tests try
-//! `pip install --quiet gguf numpy` once and fail loudly otherwise. Each test
+//! `pip install --quiet -r scripts/requirements.txt` (the pinned versions) once and fail loudly otherwise. Each test
 //! binary runs the writer once (it takes well under a second).
 
 // Each test file uses a different subset.
@@ -36,15 +36,17 @@ fn ensure_python() -> Result<(), String> {
     if python_has_deps()? {
         return Ok(());
     }
-    eprintln!("python3 lacks gguf/numpy: running pip install --quiet gguf numpy");
+    // The versions scripts/setup.sh installs.
+    let reqs = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/requirements.txt");
+    eprintln!("python3 lacks gguf/numpy: running pip install --quiet -r {reqs}");
     let st = Command::new(PYTHON)
-        .args(["-m", "pip", "install", "--quiet", "gguf", "numpy"])
+        .args(["-m", "pip", "install", "--quiet", "-r", reqs])
         .status()
         .map_err(|e| format!("cannot run pip ({e})"))?;
     if python_has_deps()? {
         Ok(())
     } else {
-        Err(format!("pip install gguf numpy failed ({st})"))
+        Err(format!("pip install -r {reqs} failed ({st})"))
     }
 }
 

@@ -30,7 +30,10 @@ pub mod tq2_0;
 
 pub use crate::format::row::{GgmlType, QK};
 pub use crate::format::table::{type_name, type_size, GGML_TYPES};
-pub use gguf_image::{gguf_header, gguf_image, gguf_image_raw, GGUF_ALIGN};
+pub use gguf_image::{
+    gguf_header, gguf_header_with, gguf_image, gguf_image_raw, gguf_image_raw_with, Meta,
+    GGUF_ALIGN,
+};
 pub use iq4_nl::VALUES as IQ4_NL_VALUES;
 pub use matrix::{GgmlMatrix, GgmlView};
 
