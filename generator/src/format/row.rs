@@ -390,6 +390,22 @@ pub struct Format {
 }
 
 impl Format {
+    /// If a value of the block `x` is not finite, appends this format's
+    /// encoding of a block that cannot be quantized, zeros with NaN f16
+    /// scales (wherever [`Format::scales`] says they are), and returns true
+    /// (the quantizers' first step).
+    pub(crate) fn encode_non_finite(&self, x: &[f32], out: &mut Vec<u8>) -> bool {
+        if x.iter().all(|v| v.is_finite()) {
+            return false;
+        }
+        let start = out.len();
+        out.resize(start + self.block_bytes, 0);
+        for &at in self.scales {
+            at.write(&mut out[start..], half::f16::NAN.to_bits());
+        }
+        true
+    }
+
     /// The offset removed from stored levels: [`Levels::Offset`]'s, a
     /// grid's `-min(grid)` (its unsigned table levels are `grid[q] + offset`),
     /// else 0.

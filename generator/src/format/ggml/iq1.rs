@@ -13,7 +13,7 @@
 //! `8 (g + delta)` over a scale of `d_l / 8` (`lattice.rs`); gguf-py
 //! dequantizes both and kgen's codec is bit for bit the same.
 
-use crate::format::ggml::kquant::{encode_non_finite, QK_K};
+use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::lattice::{
     codebook_row, dequantize_by_levels, fit, u16_at, Choice, Fit, IQ1S, IQ1_CODEBOOK,
 };
@@ -114,7 +114,7 @@ fn fit1(x: &[f32], unit: usize, per: usize) -> Choice {
 }
 
 fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &IQ1_S, out) {
+    if IQ1_S.encode_non_finite(x, out) {
         return;
     }
     let c = fit1(x, QK, QK);
@@ -129,7 +129,7 @@ fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn m_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &IQ1_M, out) {
+    if IQ1_M.encode_non_finite(x, out) {
         return;
     }
     let c = fit1(x, 16, 8);

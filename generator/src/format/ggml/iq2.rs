@@ -14,7 +14,7 @@
 //! gguf-py dequantizes all three and kgen's codec is bit for bit the same
 //! (`runtime/tests/gguf_kgen_bytes.rs`); gguf-py cannot quantize them.
 
-use crate::format::ggml::kquant::{encode_non_finite, QK_K};
+use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::lattice::{
     codebook_row, dequantize_by_levels, fit, ksigns, u16_at, u32_at, Choice, Fit, Grid, BIT_BYTES,
     IQ2S, IQ2XS, IQ2XXS, IQ2_CODEBOOK,
@@ -135,7 +135,7 @@ fn fit_for(
     parity: bool,
     unit: usize,
 ) -> Option<Choice> {
-    if encode_non_finite(x, fmt, out) {
+    if fmt.encode_non_finite(x, out) {
         return None;
     }
     let c = fit(

@@ -11,7 +11,7 @@
 //! The int8 family reads them as codebook formats (`lattice.rs`); gguf-py
 //! dequantizes both and kgen's codec is bit for bit the same.
 
-use crate::format::ggml::kquant::{encode_non_finite, QK_K};
+use crate::format::ggml::kquant::QK_K;
 use crate::format::ggml::lattice::{
     codebook_row, dequantize_by_levels, fit, ksigns, u32_at, Choice, Fit, Grid, BIT_BYTES, IQ3S,
     IQ3S_CODEBOOK, IQ3XXS, IQ3XXS_CODEBOOK,
@@ -114,7 +114,7 @@ fn fit3(x: &[f32], grid: &'static Grid, parity: bool, k: f32) -> Choice {
 }
 
 fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &IQ3_XXS, out) {
+    if IQ3_XXS.encode_non_finite(x, out) {
         return;
     }
     let c = fit3(x, &IQ3XXS, true, 0.5);
@@ -129,7 +129,7 @@ fn xxs_quantize(x: &[f32], out: &mut Vec<u8>) {
 }
 
 fn s_quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &IQ3_S, out) {
+    if IQ3_S.encode_non_finite(x, out) {
         return;
     }
     let c = fit3(x, &IQ3S, false, 2.0);

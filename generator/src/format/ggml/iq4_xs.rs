@@ -18,7 +18,7 @@
 //! K-quants do, where ggml would quantize it.
 
 use crate::format::ggml::iq4_nl::{fit_scale, nearest, VALUES};
-use crate::format::ggml::kquant::{encode_non_finite, nearest_clamped, signed_max, QK_K};
+use crate::format::ggml::kquant::{nearest_clamped, signed_max, QK_K};
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::ggml::q4_0::q4_0_order;
 use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
@@ -96,7 +96,7 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 /// codebook values for the f32 `d * (ls - 32)`. A super-block with a value
 /// that is not finite gets a NaN `d` and zeros.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &IQ4_XS, out) {
+    if IQ4_XS.encode_non_finite(x, out) {
         return;
     }
     let scales: [f32; SUBS] =

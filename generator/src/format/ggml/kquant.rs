@@ -12,7 +12,6 @@
 //! non-finite value is encoded with NaN super-block scales (which
 //! `GgmlMatrix::validate` refuses), never a panic.
 
-use crate::format::row::Format;
 use crate::format::row::QK;
 
 /// Values per super-block.
@@ -74,21 +73,6 @@ pub(crate) fn pack_scale_min_k4(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
         q[j + 8] = (sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4);
     }
     q
-}
-
-/// If a value is not finite, appends the encoding of a block of `fmt` that
-/// cannot be quantized, zeros with NaN f16 scales (wherever the format keeps
-/// them), and returns true.
-pub(crate) fn encode_non_finite(x: &[f32], fmt: &Format, out: &mut Vec<u8>) -> bool {
-    if x.iter().all(|v| v.is_finite()) {
-        return false;
-    }
-    let start = out.len();
-    out.resize(start + fmt.block_bytes, 0);
-    for &at in fmt.scales {
-        at.write(&mut out[start..], half::f16::NAN.to_bits());
-    }
-    true
 }
 
 /// The search of [`fit_scale_min`]: candidate inverse scales

@@ -17,8 +17,8 @@
 //! and `dmin` ([`IntSubScales`]: 1 bit of scales per value, 3 in all).
 
 use crate::format::ggml::kquant::{
-    crumb, encode_non_finite, fit_scale_min, pack_crumbs, quantize_scales, requantize_min,
-    sub_block_crumbs, Search, QK_K,
+    crumb, fit_scale_min, pack_crumbs, quantize_scales, requantize_min, sub_block_crumbs, Search,
+    QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, ScaleAt, SubScaleKind, QK};
@@ -106,7 +106,7 @@ const SEARCH: Search = Search {
 /// and `dmin = max min / 15` (stored as f16); the levels rounded again for
 /// the stored `d * sc` and `dmin * m`.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &Q2_K, out) {
+    if Q2_K.encode_non_finite(x, out) {
         return;
     }
     let mut q = [0u8; QK_K];

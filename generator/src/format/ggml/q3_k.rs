@@ -19,8 +19,7 @@
 //! as the i8 `sc - 32` ([`SubScaleKind::Packed6`]) under `d`.
 
 use crate::format::ggml::kquant::{
-    crumb, encode_non_finite, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max,
-    sub_block_crumbs, QK_K,
+    crumb, fit_scale, nearest_clamped, pack_crumbs, requantize, signed_max, sub_block_crumbs, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{
@@ -114,7 +113,7 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 /// again for the stored `d * sc`. An all-zero super-block has `d = 0`,
 /// scales 0 (stored 32) and levels 4.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &Q3_K, out) {
+    if Q3_K.encode_non_finite(x, out) {
         return;
     }
     let mut l = [0i8; QK_K];

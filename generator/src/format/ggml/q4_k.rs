@@ -17,8 +17,7 @@
 //! method ([`crate::format::ggml::kquant`]).
 
 use crate::format::ggml::kquant::{
-    encode_non_finite, fit_scale_min, pack_scale_min_k4, quantize_scales, requantize_min,
-    scale_min_k4, Search, QK_K,
+    fit_scale_min, pack_scale_min_k4, quantize_scales, requantize_min, scale_min_k4, Search, QK_K,
 };
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{
@@ -131,7 +130,7 @@ const SEARCH: Search = Search {
 
 /// One super-block (kgen's quantizer, as llama.cpp's `quantize_row_q4_K`).
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &Q4_K, out) {
+    if Q4_K.encode_non_finite(x, out) {
         return;
     }
     let q = quantize_levels(x, 15, SEARCH, out);

@@ -8,7 +8,7 @@
 //! The int8 family runs it per 32-value sub-block on the 5-bit layout, with
 //! Q4_K's sub-block scales and mins (and its integer sub-scales).
 
-use crate::format::ggml::kquant::{encode_non_finite, Search, QK_K};
+use crate::format::ggml::kquant::{Search, QK_K};
 use crate::format::ggml::q4_k::{
     nibbles, quantize_levels, scale_and_min, sub_scale, HEADER, INT_SUB_SCALES,
 };
@@ -72,7 +72,7 @@ const SEARCH: Search = Search {
 /// One super-block (kgen's quantizer, as llama.cpp's `quantize_row_q5_K`):
 /// Q4_K's with levels 0..=31.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &Q5_K, out) {
+    if Q5_K.encode_non_finite(x, out) {
         return;
     }
     let q = quantize_levels(x, 31, SEARCH, out);

@@ -12,9 +12,7 @@
 //! and two scales per 32 values (`d * sc` of each 16, rounded to f16),
 //! folding each half of a block on its own.
 
-use crate::format::ggml::kquant::{
-    encode_non_finite, fit_scale, nearest_clamped, requantize, signed_max, QK_K,
-};
+use crate::format::ggml::kquant::{fit_scale, nearest_clamped, requantize, signed_max, QK_K};
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::row::{Format, Int8Repack, IntSubScales, Levels, ScaleAt, SubScaleKind, QK};
 
@@ -106,7 +104,7 @@ fn dequantize(blk: &[u8], out: &mut [f32]) {
 /// largest in magnitude to -128; the levels rounded again for the stored
 /// `d * sc`. An all-zero super-block has `d = 0` and levels 32.
 fn quantize(x: &[f32], out: &mut Vec<u8>) {
-    if encode_non_finite(x, &Q6_K, out) {
+    if Q6_K.encode_non_finite(x, out) {
         return;
     }
     let mut l = [0i8; QK_K];
