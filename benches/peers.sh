@@ -25,6 +25,13 @@
 #   --dram        also a DRAM-resident GEMV for kgen: enough 4096x11008
 #                 matrices to hold 4x the L3 cache (from sysfs), called in
 #                 turn, against the read bandwidth measured in the same run
+#   --moe         also one token through a mixture-of-experts FFN shaped like
+#                 Qwen3-30B-A3B's (top-8 of 128 experts of 2048x768, Q4_K gate
+#                 and up, Q6_K down, weights in DRAM): kgen's Experts
+#                 (runtime/examples/moe_gemv.rs, which also times dense
+#                 matrices of the same bytes) next to llama.cpp's
+#                 ggml_mul_mat_id (benches/llamacpp/bench_moe.cpp), 400 tokens
+#                 per thread count and round
 #   --isa avx2    every peer on its AVX2 code, on a CPU that has more: kgen
 #                 with KGEN_FORCE_ISA=avx2 (no dot peak: AVX2 has no single
 #                 byte dot), llama.cpp built with GGML_NATIVE=OFF (run.sh's
@@ -74,6 +81,7 @@ MIN_TIME=0.5
 ROUNDS=1
 BUSY=0
 DRAM=0
+MOE=0
 LARGE=0
 ISA=native
 OUT=""
@@ -90,6 +98,7 @@ while [ $# -gt 0 ]; do
         --rounds) ROUNDS="$2"; shift 2 ;;
         --busy) BUSY=1; shift ;;
         --dram) DRAM=1; shift ;;
+        --moe) MOE=1; shift ;;
         --isa) ISA="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         -h|--help) usage ;;
@@ -135,6 +144,12 @@ echo "== building kgen_peer (default release build, RUSTFLAGS cleared)" >&2
 (cd "$ROOT" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS CARGO_TARGET_DIR="$TGT" \
     cargo build --release -q -p kgen-benches --bin kgen_peer)
 KGEN="$TGT/release/kgen_peer"
+if [ "$MOE" = 1 ]; then
+    echo "== building moe_gemv (default release build, RUSTFLAGS cleared)" >&2
+    (cd "$ROOT" && env -u RUSTFLAGS -u CARGO_ENCODED_RUSTFLAGS CARGO_TARGET_DIR="$TGT" \
+        cargo build --release -q -p kgen-runtime --example moe_gemv)
+fi
+KGEN_MOE="$TGT/release/examples/moe_gemv"
 echo "== building candle_peer (RUSTFLAGS=-C target-cpu=$CANDLE_CPU, $TGT/candle-$CANDLE_CPU)" >&2
 (cd "$ROOT" && env -u CARGO_ENCODED_RUSTFLAGS RUSTFLAGS="-C target-cpu=$CANDLE_CPU" \
     CARGO_TARGET_DIR="$TGT/candle-$CANDLE_CPU" \
@@ -142,6 +157,7 @@ echo "== building candle_peer (RUSTFLAGS=-C target-cpu=$CANDLE_CPU, $TGT/candle-
 CANDLE="$TGT/candle-$CANDLE_CPU/release/candle_peer"
 echo "== building llama.cpp's bench (benches/llamacpp/run.sh)" >&2
 LCP="$(bash "$ROOT/benches/llamacpp/run.sh" --build-only)"
+LCP_MOE="$(dirname "$LCP")/bench_moe"
 
 SPIN_PID=""
 stop_spinner() {
@@ -178,6 +194,12 @@ for ROUND in $(seq "$ROUNDS"); do
         run "candle: $CANDLE_FORMATS, $t thread(s)" "" env RAYON_NUM_THREADS="$t" \
             "$CANDLE" --formats "$CANDLE_FORMATS" --threads "$t" "${CASES[@]}"
     done
+    if [ "$MOE" = 1 ]; then
+        for t in ${THREADS//,/ }; do
+            run "kgen: MoE token, $t thread(s)" "/^KGEN_MOE /!d" "$KGEN_MOE" "$t" 400
+        done
+        run "llama.cpp: MoE token (ggml_mul_mat_id)" "" "$LCP_MOE" --threads "$THREADS" --tokens 400
+    fi
     if [ "$BUSY" = 1 ]; then
         sh -c 'while :; do :; done' &
         SPIN_PID=$!

@@ -5,12 +5,14 @@
 
 Reads `TAG key=value ...` lines: KGEN, CANDLE and LLAMACPP (one per case),
 KGEN_BUSY and LLAMACPP_BUSY (the same beside a spinner process), KGEN_DRAM
-(the DRAM-resident GEMV), MACHINE and PEAK (one core's measured int8 dot
+(the DRAM-resident GEMV), KGEN_MOE and LLAMACPP_MOE (one mixture-of-experts
+token, per thread count), MACHINE and PEAK (one core's measured int8 dot
 peak). Prints one row per case with kgen's GFLOPS (and GB/s of weights for a
 GEMV; for a GEMM its share of the peak times the threads), llama.cpp's
 faster mode, candle, and the ratios kgen/peer (above 1: kgen is faster);
 then 2-thread / 1-thread beside the spinner, then the DRAM case against the
-read bandwidth.
+read bandwidth, then the MoE token (time per token; ratio llama.cpp's time
+over kgen's, so above 1 is kgen faster here too).
 
 With several rounds (peers.sh --rounds N: lines carry `round=R`), a peer's
 figure is its median over the rounds, llama.cpp's mode the one with the
@@ -211,6 +213,47 @@ def main(path):
         header = ["format", "thr", "mats", "MB", "kgen GB/s", "read GB/s", "fraction", "kernel"]
         print(table(header, [[r["format"], r["threads"], r["mats"], r["weights_mb"], r["gbs"],
                               r["read_gbs"], r["fraction"], r["kernel"]] for r in dram]))
+
+    moe_table(rows)
+
+
+def moe_table(rows):
+    """One MoE token per thread count: kgen's Experts, its dense matrices of
+    the same bytes, llama.cpp's faster mode of mul_mat_id, and the ratio."""
+    kgen = defaultdict(dict)
+    llama = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        t, rnd = int(r.get("threads", 0)), int(r.get("round", 1))
+        if r["tag"] == "KGEN_MOE":
+            kgen[t][rnd] = r
+        elif r["tag"] == "LLAMACPP_MOE" and num(r, "median_us") is not None:
+            llama[t][r.get("mode", "")][rnd] = r
+    if not kgen:
+        return
+    print()
+    print("mixture-of-experts token: top-8 of 128 experts of 2048x768 (Q4_K gate and up, Q6_K "
+          "down), weights in DRAM; us per token (GB/s of the picked experts); ratio "
+          "llama.cpp / kgen time, above 1: kgen faster")
+    header = ["thr", "kgen", "kgen dense, same bytes", "llama.cpp (mode)", "ratio"]
+    out = []
+    for t in sorted(kgen):
+        k = merged(kgen[t])
+        best = min(llama[t].values(), default=None,
+                   key=lambda rs: statistics.median(float(r["median_us"]) for r in rs.values()))
+        if best:
+            mode = next(iter(best.values())).get("mode", "?")
+            lm = merged(best)
+            lcell = f"{float(lm['median_us']):.0f} ({float(lm['gbs']):.1f}, {mode})"
+            # time ratio llama / kgen per round
+            rs = [float(best[i]["median_us"]) / float(kgen[t][i]["median_us"])
+                  for i in kgen[t] if i in best]
+            rcell = "n/a" if not rs else (f"{statistics.median(rs):.2f}" if len(rs) == 1 else
+                                          f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})")
+        else:
+            lcell, rcell = "n/a", "n/a"
+        out.append([t, f"{float(k['median_us']):.0f} ({float(k['gbs']):.1f})",
+                    f"{float(k['dense_us']):.0f}", lcell, rcell])
+    print(table(header, out))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#include "bench_common.h"
+
 #include <cxxabi.h>
 
 #include <algorithm>
@@ -94,17 +96,7 @@ struct Options {
     bool check = true;
 };
 
-std::vector<std::string> split(const std::string & s, char sep) {
-    std::vector<std::string> out;
-    size_t start = 0;
-    while (true) {
-        size_t p = s.find(sep, start);
-        out.push_back(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
-        if (p == std::string::npos) break;
-        start = p + 1;
-    }
-    return out;
-}
+using bench::split;
 
 [[noreturn]] void usage(const char * msg) {
     fprintf(stderr, "bench_mul_mat: %s\n", msg);
@@ -170,9 +162,7 @@ Options parse(int argc, char ** argv) {
     return o;
 }
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::now_s;
 
 // Name of the dynamic type of the repack tensor_traits object that the
 // CPU_REPACK buffer attached to tensor->extra at init_tensor time, read from
@@ -210,11 +200,7 @@ std::string kernel_family(const std::string & tn) {
     return blk + "_" + num(parts[2]) + "x" + num(parts[1]) + "_" + param;
 }
 
-struct Backend {
-    int n_threads;
-    ggml_backend_t backend;
-    ggml_threadpool_t pool;
-};
+using Backend = bench::CpuBackend;
 
 }  // namespace
 
@@ -227,39 +213,15 @@ int main(int argc, char ** argv) {
     ggml_backend_dev_t dev = ggml_backend_reg_dev_get(reg, 0);
 
     // The CPU device's extra buffer types; pick the one named CPU_REPACK.
-    ggml_backend_buffer_type_t repack_buft = nullptr;
-    {
-        auto get_extra = (ggml_backend_dev_get_extra_bufts_t) ggml_backend_reg_get_proc_address(
-            reg, "ggml_backend_dev_get_extra_bufts");
-        std::string names;
-        if (get_extra) {
-            for (ggml_backend_buffer_type_t * b = get_extra(dev); b && *b; b++) {
-                const char * name = ggml_backend_buft_name(*b);
-                names += std::string(names.empty() ? "" : ",") + name;
-                if (strcmp(name, "CPU_REPACK") == 0) repack_buft = *b;
-            }
-        }
-        fprintf(stderr, "# device=%s extra_bufts=[%s] avx2=%d fma=%d f16c=%d avx512f=%d llamafile=%d\n",
-                ggml_backend_dev_name(dev), names.c_str(), ggml_cpu_has_avx2(), ggml_cpu_has_fma(),
-                ggml_cpu_has_f16c(), ggml_cpu_has_avx512(), ggml_cpu_has_llamafile());
-    }
+    std::string names;
+    ggml_backend_buffer_type_t repack_buft = bench::repack_buffer_type(reg, dev, &names);
+    fprintf(stderr, "# device=%s extra_bufts=[%s] avx2=%d fma=%d f16c=%d avx512f=%d llamafile=%d\n",
+            ggml_backend_dev_name(dev), names.c_str(), ggml_cpu_has_avx2(), ggml_cpu_has_fma(),
+            ggml_cpu_has_f16c(), ggml_cpu_has_avx512(), ggml_cpu_has_llamafile());
     const char * plain_label = ggml_cpu_has_llamafile() ? "llamafile" : "plain";
 
     std::vector<Backend> backends;
-    for (int t : opt.threads) {
-        Backend b;
-        b.n_threads = t;
-        b.backend = ggml_backend_cpu_init();
-        ggml_backend_cpu_set_n_threads(b.backend, t);
-        // A persistent threadpool of exactly t threads (the calling thread is
-        // worker 0), as llama.cpp attaches one; without it every graph compute
-        // would create and join a throwaway pool.
-        ggml_threadpool_params tpp = ggml_threadpool_params_default(t);
-        tpp.poll = (uint32_t) opt.poll;
-        b.pool = ggml_threadpool_new(&tpp);
-        ggml_backend_cpu_set_threadpool(b.backend, b.pool);
-        backends.push_back(b);
-    }
+    for (int t : opt.threads) backends.push_back(bench::cpu_backend(t, opt.poll));
 
     int n_fail = 0;
 
@@ -446,10 +408,7 @@ int main(int argc, char ** argv) {
         }
     }
 
-    for (auto & b : backends) {
-        ggml_backend_free(b.backend);
-        ggml_threadpool_free(b.pool);
-    }
+    for (auto & b : backends) bench::free_backend(b);
     if (n_fail) {
         fprintf(stderr, "%d correctness check(s) failed\n", n_fail);
         return 1;

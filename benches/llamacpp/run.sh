@@ -4,13 +4,15 @@
 # Fetches the llama.cpp source vendored in the llama-cpp-python sdist (PyPI),
 # builds ggml-base + ggml-cpu only (Release, GGML_NATIVE=ON or LCP_ISA=avx2's
 # flags below, no OpenMP),
-# compiles bench_mul_mat.cpp against them and runs it. Idempotent: each step is
+# compiles bench_mul_mat.cpp (and bench_moe.cpp) against them and runs it. Idempotent: each step is
 # skipped or incremental when its output is already there. Needs cmake
 # (`pip install cmake` if the system has none) and g++.
 #
 #   bash benches/llamacpp/run.sh                 # all Q4_0 cases
 #   bash benches/llamacpp/run.sh --type q4_0,iq4_nl --threads 1   # extra args go to the bench
+#   bash benches/llamacpp/run.sh --moe --threads 1,2   # bench_moe.cpp: ggml_mul_mat_id on a MoE FFN
 #   bash benches/llamacpp/run.sh --build-only    # build, print the bench's path, run nothing
+#                                                # (bench_moe sits beside it)
 #
 # Environment: LCP_VERSION (0.3.36), LCP_DIR (/tmp/lcp), LCP_ISA (native; avx2
 # builds ggml with GGML_NATIVE=OFF, i.e. SSE4.2/AVX/AVX2/FMA/F16C/BMI2 and no
@@ -110,14 +112,21 @@ cmake --build "$LCP_BUILD" --target ggml-base ggml-cpu -j"$JOBS" >&2
 LIB_BASE="$(find "$LCP_BUILD" -name libggml-base.a | head -n1)"
 LIB_CPU="$(find "$LCP_BUILD" -name libggml-cpu.a | head -n1)"
 
-# 4. the bench program
+# 4. the bench programs: bench_mul_mat and, beside it, the mixture-of-experts
+# bench (ggml_mul_mat_id)
+build_bench() { # NAME: compiles $HERE/NAME.cpp to $LCP_BUILD/NAME when stale
+    local bin="$LCP_BUILD/$1" src="$HERE/$1.cpp"
+    if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$HERE/bench_common.h" -nt "$bin" ] ||
+        [ "$LIB_CPU" -nt "$bin" ] || [ "$LIB_BASE" -nt "$bin" ]; then
+        echo "== compiling $bin" >&2
+        g++ -std=c++17 -O2 -march="$MARCH" -I"$SRC/include" "$src" -o "$bin" \
+            "$LIB_CPU" "$LIB_BASE" -lpthread -lm
+    fi
+}
+build_bench bench_mul_mat
+build_bench bench_moe
 BIN="$LCP_BUILD/bench_mul_mat"
-if [ ! -x "$BIN" ] || [ "$HERE/bench_mul_mat.cpp" -nt "$BIN" ] || [ "$LIB_CPU" -nt "$BIN" ] || [ "$LIB_BASE" -nt "$BIN" ]; then
-    echo "== compiling $BIN" >&2
-    g++ -std=c++17 -O2 -march="$MARCH" -I"$SRC/include" \
-        "$HERE/bench_mul_mat.cpp" -o "$BIN" \
-        "$LIB_CPU" "$LIB_BASE" -lpthread -lm
-fi
+BIN_MOE="$LCP_BUILD/bench_moe"
 
 if [ "$BUILD_ONLY" = 1 ]; then
     echo "$BIN"
@@ -137,6 +146,10 @@ if [ "${VERIFY:-0}" = 1 ]; then
     done
 fi
 
-# 6. run
+# 6. run (--moe: the mixture-of-experts bench with the remaining arguments)
+if [ "${1:-}" = --moe ]; then
+    shift
+    BIN="$BIN_MOE"
+fi
 echo "== running $BIN $*" >&2
 "$BIN" "$@"

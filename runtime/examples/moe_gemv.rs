@@ -12,7 +12,9 @@
 //!     cargo run --release -p kgen-runtime --example moe_gemv -- [THREADS] [TOKENS]
 //!
 //! Prints the median time per token of each and the weight bytes it read
-//! per second.
+//! per second, then the same as one `KGEN_MOE` line for
+//! `benches/peers.sh --moe`, which times llama.cpp's `ggml_mul_mat_id` on
+//! the same case (`benches/llamacpp/bench_moe.cpp`).
 
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::Rng;
@@ -129,16 +131,27 @@ fn main() {
         "{threads} thread(s), {rounds} tokens, {:.1} MB of weights per token",
         bytes / 1e6
     );
+    let mut medians = Vec::new();
     for (name, t) in ["Experts (fused)", "per expert", "dense, same bytes"]
         .iter()
         .zip(&mut times)
     {
         t.sort_by(f64::total_cmp);
         let med = t[t.len() / 2];
+        medians.push(med);
         println!(
             "  {name:<18} {:7.1} us  {:5.1} GB/s",
             med * 1e6,
             bytes / med / 1e9
         );
     }
+    // The same, as one line for benches/peers.sh --moe (beside llama.cpp's
+    // LLAMACPP_MOE from benches/llamacpp/bench_moe.cpp).
+    println!(
+        "KGEN_MOE threads={threads} tokens={rounds} median_us={:.1} gbs={:.2} per_expert_us={:.1} dense_us={:.1}",
+        medians[0] * 1e6,
+        bytes / medians[0] / 1e9,
+        medians[1] * 1e6,
+        medians[2] * 1e6
+    );
 }
