@@ -31,7 +31,9 @@
 #                 (runtime/examples/moe_gemv.rs, which also times dense
 #                 matrices of the same bytes) next to llama.cpp's
 #                 ggml_mul_mat_id (benches/llamacpp/bench_moe.cpp), 400 tokens
-#                 per thread count and round
+#                 per thread count and round; then a batch of 32 tokens (a
+#                 prompt: Experts::gemm_routed, moe_gemv.rs with a batch,
+#                 against mul_mat_id on 32 tokens), 20 batches
 #   --isa avx2    every peer on its AVX2 code, on a CPU that has more: kgen
 #                 with KGEN_FORCE_ISA=avx2 (no dot peak: AVX2 has no single
 #                 byte dot), llama.cpp built with GGML_NATIVE=OFF (run.sh's
@@ -199,6 +201,10 @@ for ROUND in $(seq "$ROUNDS"); do
             run "kgen: MoE token, $t thread(s)" "/^KGEN_MOE /!d" "$KGEN_MOE" "$t" 400
         done
         run "llama.cpp: MoE token (ggml_mul_mat_id)" "" "$LCP_MOE" --threads "$THREADS" --tokens 400
+        for t in ${THREADS//,/ }; do
+            run "kgen: MoE batch of 32, $t thread(s)" "/^KGEN_MOE_BATCH /!d" "$KGEN_MOE" "$t" 20 32
+        done
+        run "llama.cpp: MoE batch of 32 (ggml_mul_mat_id)" "" "$LCP_MOE" --threads "$THREADS" --tokens 20 --batch 32
     fi
     if [ "$BUSY" = 1 ]; then
         sh -c 'while :; do :; done' &

@@ -6,7 +6,8 @@
 Reads `TAG key=value ...` lines: KGEN, CANDLE and LLAMACPP (one per case),
 KGEN_BUSY and LLAMACPP_BUSY (the same beside a spinner process), KGEN_DRAM
 (the DRAM-resident GEMV), KGEN_MOE and LLAMACPP_MOE (one mixture-of-experts
-token, per thread count), MACHINE and PEAK (one core's measured int8 dot
+token, per thread count), KGEN_MOE_BATCH and LLAMACPP_MOE_BATCH (a batch of
+tokens through the same experts), MACHINE and PEAK (one core's measured int8 dot
 peak). Prints one row per case with kgen's GFLOPS (and GB/s of weights for a
 GEMV; for a GEMM its share of the peak times the threads), llama.cpp's
 faster mode, candle, and the ratios kgen/peer (above 1: kgen is faster);
@@ -218,23 +219,37 @@ def main(path):
 
 
 def moe_table(rows):
-    """One MoE token per thread count: kgen's Experts, its dense matrices of
-    the same bytes, llama.cpp's faster mode of mul_mat_id, and the ratio."""
-    kgen = defaultdict(dict)
-    llama = defaultdict(lambda: defaultdict(dict))
-    for r in rows:
-        t, rnd = int(r.get("threads", 0)), int(r.get("round", 1))
-        if r["tag"] == "KGEN_MOE":
-            kgen[t][rnd] = r
-        elif r["tag"] == "LLAMACPP_MOE" and num(r, "median_us") is not None:
-            llama[t][r.get("mode", "")][rnd] = r
-    if not kgen:
-        return
+    """The MoE cases per thread count, one token and a batch of tokens:
+    kgen's Experts (and, for one token, its dense matrices of the same
+    bytes), llama.cpp's faster mode of mul_mat_id, and the ratio."""
+    for suffix in ("", "_BATCH"):
+        kgen = defaultdict(dict)
+        llama = defaultdict(lambda: defaultdict(dict))
+        for r in rows:
+            t, rnd = int(r.get("threads", 0)), int(r.get("round", 1))
+            if r["tag"] == "KGEN_MOE" + suffix:
+                kgen[t][rnd] = r
+            elif r["tag"] == "LLAMACPP_MOE" + suffix and num(r, "median_us") is not None:
+                llama[t][r.get("mode", "")][rnd] = r
+        if kgen:
+            moe_rows(kgen, llama, batch=bool(suffix))
+
+
+def moe_rows(kgen, llama, batch):
+    """The table of one MoE case: {threads: {round: row}} of kgen and
+    {threads: {mode: {round: row}}} of llama.cpp."""
     print()
-    print("mixture-of-experts token: top-8 of 128 experts of 2048x768 (Q4_K gate and up, Q6_K "
-          "down), weights in DRAM; us per token (GB/s of the picked experts); ratio "
-          "llama.cpp / kgen time, above 1: kgen faster")
-    header = ["thr", "kgen", "kgen dense, same bytes", "llama.cpp (mode)", "ratio"]
+    if batch:
+        b = next(iter(next(iter(kgen.values())).values())).get("batch", "?")
+        print(f"mixture-of-experts batch of {b} tokens (the same experts, 8 picks per token; kgen: "
+              "Experts::gemm_routed); us per batch (GFLOPS); ratio llama.cpp / kgen time")
+        header = ["thr", "kgen", "llama.cpp (mode)", "ratio"]
+    else:
+        print("mixture-of-experts token: top-8 of 128 experts of 2048x768 (Q4_K gate and up, Q6_K "
+              "down), weights in DRAM; us per token (GB/s of the picked experts); ratio "
+              "llama.cpp / kgen time, above 1: kgen faster")
+        header = ["thr", "kgen", "kgen dense, same bytes", "llama.cpp (mode)", "ratio"]
+    rate = "gflops" if batch else "gbs"
     out = []
     for t in sorted(kgen):
         k = merged(kgen[t])
@@ -243,7 +258,7 @@ def moe_table(rows):
         if best:
             mode = next(iter(best.values())).get("mode", "?")
             lm = merged(best)
-            lcell = f"{float(lm['median_us']):.0f} ({float(lm['gbs']):.1f}, {mode})"
+            lcell = f"{float(lm['median_us']):.0f} ({float(lm[rate]):.1f}, {mode})"
             # time ratio llama / kgen per round
             rs = [float(best[i]["median_us"]) / float(kgen[t][i]["median_us"])
                   for i in kgen[t] if i in best]
@@ -251,8 +266,9 @@ def moe_table(rows):
                                           f"{statistics.median(rs):.2f} ({min(rs):.2f}-{max(rs):.2f})")
         else:
             lcell, rcell = "n/a", "n/a"
-        out.append([t, f"{float(k['median_us']):.0f} ({float(k['gbs']):.1f})",
-                    f"{float(k['dense_us']):.0f}", lcell, rcell])
+        kcell = f"{float(k['median_us']):.0f} ({float(k[rate]):.1f})"
+        dense = [] if batch else [f"{float(k['dense_us']):.0f}"]
+        out.append([t, kcell, *dense, lcell, rcell])
     print(table(header, out))
 
 

@@ -100,11 +100,13 @@ int main(int argc, char ** argv) {
     std::vector<int> threads = {1, 2};
     std::vector<std::string> modes = {"plain", "repack"};
     int tokens = 400;
+    int batch = 1;
     int poll = 50;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (i + 1 >= argc) {
-            fprintf(stderr, "usage: bench_moe [--threads 1,2] [--tokens N] [--modes plain,repack] [--poll 0..100]\n");
+            fprintf(stderr,
+                    "usage: bench_moe [--threads 1,2] [--tokens N] [--batch B] [--modes plain,repack] [--poll 0..100]\n");
             return 2;
         }
         std::string v = argv[++i];
@@ -113,6 +115,8 @@ int main(int argc, char ** argv) {
             for (auto & s : split(v, ',')) threads.push_back(std::stoi(s));
         } else if (a == "--tokens") {
             tokens = std::stoi(v);
+        } else if (a == "--batch") {
+            batch = std::stoi(v);
         } else if (a == "--modes") {
             modes = split(v, ',');
         } else if (a == "--poll") {
@@ -135,7 +139,14 @@ int main(int argc, char ** argv) {
     // Bytes a token reads: 8 experts of each stack.
     const double token_bytes = (double) kTop / kExperts * (gate.bytes.size() + up.bytes.size() + down.bytes.size());
 
-    // Each token's picks: 8 distinct experts of 128.
+    if (batch < 1 || tokens < 1) {
+        fprintf(stderr, "bench_moe: --tokens and --batch must be at least 1\n");
+        return 2;
+    }
+    // Each token's picks: 8 distinct experts of 128. A graph runs `batch`
+    // tokens, so `tokens` graphs take tokens * batch tokens' picks.
+    const int graphs = tokens;
+    tokens *= batch;
     std::vector<int32_t> picks((size_t) tokens * kTop);
     {
         std::mt19937 rng(7);
@@ -146,7 +157,7 @@ int main(int argc, char ** argv) {
             std::copy(all.begin(), all.begin() + kTop, picks.begin() + (size_t) t * kTop);
         }
     }
-    std::vector<float> x(kHidden), h((size_t) kFfn * kTop);
+    std::vector<float> x((size_t) kHidden * batch), h((size_t) kFfn * kTop * batch);
     {
         std::mt19937 rng(11);
         std::uniform_real_distribution<float> d(-1.0f, 1.0f);
@@ -190,20 +201,21 @@ int main(int argc, char ** argv) {
 
             ggml_init_params ap = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
             ggml_context * actx = ggml_init(ap);
-            ggml_tensor * X = ggml_new_tensor_3d(actx, GGML_TYPE_F32, kHidden, 1, 1);
-            ggml_tensor * H = ggml_new_tensor_3d(actx, GGML_TYPE_F32, kFfn, kTop, 1);
-            ggml_tensor * ids = ggml_new_tensor_2d(actx, GGML_TYPE_I32, kTop, 1);
-            ggml_tensor * G = ggml_mul_mat_id(actx, gate.t, X, ids);  // [768, 8, 1]
+            ggml_tensor * X = ggml_new_tensor_3d(actx, GGML_TYPE_F32, kHidden, 1, batch);
+            ggml_tensor * H = ggml_new_tensor_3d(actx, GGML_TYPE_F32, kFfn, kTop, batch);
+            ggml_tensor * ids = ggml_new_tensor_2d(actx, GGML_TYPE_I32, kTop, batch);
+            ggml_tensor * G = ggml_mul_mat_id(actx, gate.t, X, ids);  // [768, 8, batch]
             ggml_tensor * U = ggml_mul_mat_id(actx, up.t, X, ids);
-            ggml_tensor * D = ggml_mul_mat_id(actx, down.t, H, ids);  // [2048, 8, 1]
+            ggml_tensor * D = ggml_mul_mat_id(actx, down.t, H, ids);  // [2048, 8, batch]
             ggml_cgraph * gf = ggml_new_graph(actx);
             for (auto * t : {G, U, D}) ggml_build_forward_expand(gf, t);
             ggml_backend_buffer_t abuf = ggml_backend_alloc_ctx_tensors_from_buft(actx, ggml_backend_cpu_buffer_type());
             ggml_backend_tensor_set(X, x.data(), 0, x.size() * sizeof(float));
             ggml_backend_tensor_set(H, h.data(), 0, h.size() * sizeof(float));
 
-            auto run = [&](int t) {
-                ggml_backend_tensor_set(ids, picks.data() + (size_t) t * kTop, 0, kTop * sizeof(int32_t));
+            auto run = [&](int g) {
+                ggml_backend_tensor_set(ids, picks.data() + (size_t) g * batch * kTop, 0,
+                                        (size_t) batch * kTop * sizeof(int32_t));
                 if (ggml_backend_graph_compute(backend, gf) != GGML_STATUS_SUCCESS) {
                     fprintf(stderr, "graph compute failed\n");
                     exit(1);
@@ -242,18 +254,27 @@ int main(int argc, char ** argv) {
                 n_fail++;
             }
 
-            std::vector<double> ts(tokens);
-            for (int t = 0; t < tokens; t++) {
+            std::vector<double> ts(graphs);
+            for (int g = 0; g < graphs; g++) {
                 double s = now_s();
-                run(t);
-                ts[t] = now_s() - s;
+                run(g);
+                ts[g] = now_s() - s;
             }
             std::sort(ts.begin(), ts.end());
-            const double med = ts[tokens / 2];
-            printf("LLAMACPP_MOE mode=%s threads=%d tokens=%d median_us=%.1f min_us=%.1f gbs=%.2f relerr=%.2e "
-                   "gate_extra=%s\n",
-                   mode.c_str(), nt, tokens, med * 1e6, ts[0] * 1e6, token_bytes / med / 1e9, relerr,
-                   gate.t->extra ? "repack" : "none");
+            const double med = ts[graphs / 2];
+            if (batch == 1) {
+                printf("LLAMACPP_MOE mode=%s threads=%d tokens=%d median_us=%.1f min_us=%.1f gbs=%.2f relerr=%.2e "
+                       "gate_extra=%s\n",
+                       mode.c_str(), nt, graphs, med * 1e6, ts[0] * 1e6, token_bytes / med / 1e9, relerr,
+                       gate.t->extra ? "repack" : "none");
+            } else {
+                // 2 flops per weight of each picked expert, per token.
+                const double flops = 2.0 * batch * kTop * 3.0 * kHidden * kFfn;
+                printf("LLAMACPP_MOE_BATCH mode=%s threads=%d batch=%d batches=%d median_us=%.1f min_us=%.1f "
+                       "gflops=%.2f relerr=%.2e gate_extra=%s\n",
+                       mode.c_str(), nt, batch, graphs, med * 1e6, ts[0] * 1e6, flops / med / 1e9, relerr,
+                       gate.t->extra ? "repack" : "none");
+            }
             fflush(stdout);
 
             ggml_backend_buffer_free(abuf);

@@ -9,12 +9,17 @@
 //! stay far beyond the L3, as a model's do, and so do the dense ones (8
 //! copies, used in turn); each token picks other experts.
 //!
-//!     cargo run --release -p kgen-runtime --example moe_gemv -- [THREADS] [TOKENS]
+//!     cargo run --release -p kgen-runtime --example moe_gemv -- [THREADS] [TOKENS] [BATCH]
 //!
 //! Prints the median time per token of each and the weight bytes it read
 //! per second, then the same as one `KGEN_MOE` line for
 //! `benches/peers.sh --moe`, which times llama.cpp's `ggml_mul_mat_id` on
 //! the same case (`benches/llamacpp/bench_moe.cpp`).
+//!
+//! With a `BATCH` above 1 it times `TOKENS` batches of that many tokens
+//! instead (a prompt), through `Experts::gemm_routed` (each token's 8
+//! picks, the rows grouped by expert), and prints the median time per batch
+//! and a `KGEN_MOE_BATCH` line (`bench_moe --batch` on llama.cpp's side).
 
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::Rng;
@@ -55,7 +60,7 @@ fn stack(rng: &mut Rng, k: usize, n: usize, t: GgmlType) -> Experts {
 fn main() {
     let args: Vec<usize> = std::env::args()
         .skip(1)
-        .map(|a| a.parse().expect("THREADS ROUNDS"))
+        .map(|a| a.parse().expect("THREADS ROUNDS BATCH"))
         .collect();
     let (threads, rounds) = (
         args.first().copied().unwrap_or(1),
@@ -66,6 +71,9 @@ fn main() {
     let gate = stack(&mut rng, HIDDEN, FFN, GgmlType::Q4_K);
     let up = stack(&mut rng, HIDDEN, FFN, GgmlType::Q4_K);
     let down = stack(&mut rng, FFN, HIDDEN, GgmlType::Q6_K);
+    if let Some(&batch) = args.get(2).filter(|&&b| b > 1) {
+        return batches(&pool, &mut rng, [&gate, &up, &down], batch, rounds);
+    }
     let copies: Vec<(Matrix, Matrix)> = (0..8)
         .map(|_| {
             (
@@ -153,5 +161,62 @@ fn main() {
         bytes / medians[0] / 1e9,
         medians[1] * 1e6,
         medians[2] * 1e6
+    );
+}
+
+/// Times `count` batches of `batch` tokens through `gemm_routed` (gate and
+/// up on the tokens' rows, down on one row per pick).
+fn batches(
+    pool: &Pool,
+    rng: &mut Rng,
+    [gate, up, down]: [&Experts; 3],
+    batch: usize,
+    count: usize,
+) {
+    let x = rng.vec_f32(batch * HIDDEN);
+    let h = rng.vec_f32(batch * TOP * FFN);
+    let (mut g, mut u, mut y) = (
+        vec![0f32; batch * TOP * FFN],
+        vec![0f32; batch * TOP * FFN],
+        vec![0f32; batch * TOP * HIDDEN],
+    );
+    let mut times = Vec::new();
+    // One batch of warm-up, then `count` timed.
+    for b in 0..=count {
+        // Each token's 8 distinct picks (a partial Fisher-Yates shuffle).
+        let ids: Vec<usize> = (0..batch)
+            .flat_map(|_| {
+                let mut all: Vec<usize> = (0..EXPERTS).collect();
+                for i in 0..TOP {
+                    all.swap(i, i + (rng.next_u64() as usize) % (EXPERTS - i));
+                }
+                all.truncate(TOP);
+                all
+            })
+            .collect();
+        let t = Instant::now();
+        gate.gemm_routed_on(pool, &x, batch, &ids, &mut g).unwrap();
+        up.gemm_routed_on(pool, &x, batch, &ids, &mut u).unwrap();
+        // Down: batch * TOP rows, one pick each.
+        down.gemm_routed_on(pool, &h, batch * TOP, &ids, &mut y)
+            .unwrap();
+        if b > 0 {
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let med = times[times.len() / 2];
+    // 2 flops per weight of every pick.
+    let flops = 2.0 * (batch * TOP) as f64 * (3 * HIDDEN * FFN) as f64;
+    let threads = pool.threads();
+    println!(
+        "{threads} thread(s), {count} batches of {batch} tokens: {:.1} us per batch, {:.1} GFLOPS",
+        med * 1e6,
+        flops / med / 1e9
+    );
+    println!(
+        "KGEN_MOE_BATCH threads={threads} batch={batch} batches={count} median_us={:.1} gflops={:.2}",
+        med * 1e6,
+        flops / med / 1e9
     );
 }
