@@ -23,6 +23,7 @@
 
 use kgen::format::ggml::{GgmlMatrix, GgmlType};
 use kgen::format::Rng;
+use kgen::layout::WordArena;
 use kgen_runtime::{Experts, Matrix, Pool};
 use std::time::Instant;
 
@@ -53,8 +54,15 @@ fn random(rng: &mut Rng, k: usize, n: usize, t: GgmlType) -> Matrix {
     .expect("valid blocks")
 }
 
+/// A stack of random experts, their weights in one arena as `Model` loads
+/// a file's (see `kgen::layout::WordArena`).
 fn stack(rng: &mut Rng, k: usize, n: usize, t: GgmlType) -> Experts {
-    Experts::new((0..EXPERTS).map(|_| random(rng, k, n, t)).collect()).expect("one shape")
+    let arena = WordArena::new(EXPERTS * (k + 256) * (n + 256)).expect("address space");
+    let experts = arena.scope(|| {
+        Experts::new((0..EXPERTS).map(|_| random(rng, k, n, t)).collect()).expect("one shape")
+    });
+    assert!(experts.iter().all(Matrix::weights_in_arena));
+    experts
 }
 
 fn main() {

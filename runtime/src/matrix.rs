@@ -430,6 +430,16 @@ impl Matrix {
         }
     }
 
+    /// Whether the packed weights lie in a `kgen::layout::WordArena` shared
+    /// with other matrices: the experts of a stack that [`crate::Model`]
+    /// loaded, which then sit on huge pages together.
+    pub fn weights_in_arena(&self) -> bool {
+        match &self.backend {
+            Backend::F32(_) => false,
+            Backend::Int8(m) => m.weights_in_arena(),
+        }
+    }
+
     /// Packed weight bytes, scales included (what a GEMV streams).
     pub fn weight_bytes(&self) -> usize {
         match &self.backend {

@@ -28,7 +28,8 @@ use crate::matrix::Matrix;
 use crate::pool::Pool;
 use crate::stacks::SplitStacks;
 use kgen::format::ggml::{self, GgmlType};
-use std::collections::BTreeMap;
+use kgen::layout::{AlignedWords, WordArena};
+use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Mutex;
@@ -158,9 +159,15 @@ impl Model {
     /// (`blk.N.ffn_up_exps.weight` for `blk.N.ffn_up.E.weight`).
     pub fn experts(&self, name: &str) -> Result<Experts, Error> {
         let count = self.stack(name)?;
-        let matrices = (0..count)
-            .map(|e| self.expert(name, e))
-            .collect::<Result<Vec<_>, _>>();
+        let load = || {
+            (0..count)
+                .map(|e| self.expert(name, e))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let matrices = match self.arena(name) {
+            Some(arena) => arena.scope(load),
+            None => load(),
+        };
         // Each expert released the whole pages inside its own bytes; this
         // drops the pages two experts share.
         self.file.release(name);
@@ -180,6 +187,25 @@ impl Model {
                 (t.experts()? > expert as u64).then_some((t.name.as_str(), Some(expert)))
             }
         }
+    }
+
+    /// A [`WordArena`] for the repacked weights of the stack `name`: its
+    /// experts' weights then share one huge-page mapping instead of each
+    /// having small pages of its own (see `WordArena` for why). Reserved
+    /// for the largest packed size an expert under a huge page can have
+    /// (8 bits per weight, K and N padded); `None` for a stack whose
+    /// experts are a huge page or more (they have their own huge-page
+    /// mappings) or that is not a stack.
+    fn arena(&self, name: &str) -> Option<std::sync::Arc<WordArena>> {
+        let count = self.stack(name).ok()?;
+        let (tensor, _) = self.expert_tensor(name, 0)?;
+        let first = self.file.tensor_info(tensor)?;
+        let (k, n) = (*first.dims.first()? as usize, *first.dims.get(1)? as usize);
+        let bound = k.checked_add(256)?.checked_mul(n.checked_add(256)?)?;
+        if k.checked_mul(n)? / 2 >= AlignedWords::MAPPED {
+            return None;
+        }
+        WordArena::new(count.checked_mul(bound.min(AlignedWords::MAPPED))?)
     }
 
     /// The number of matrices the 3-D tensor `name` stacks, or why it is
@@ -258,6 +284,22 @@ impl Model {
             }
         }
         todo.sort_by_key(|&(i, e, bytes)| (std::cmp::Reverse(bytes), i, e));
+        // Each stack's experts repack into an arena of its own (see
+        // `Model::arena`), by the stack's name: a 3-D tensor's, or the
+        // merged name of a file's per-expert tensors.
+        let stack_of = |i: usize| -> Option<&str> {
+            let t = tensors[i];
+            match self.split.member(&t.name) {
+                Some((merged, _)) => Some(merged),
+                None => t.experts().is_some().then_some(t.name.as_str()),
+            }
+        };
+        let arenas: HashMap<&str, std::sync::Arc<WordArena>> = (0..tensors.len())
+            .filter_map(stack_of)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .filter_map(|s| Some((s, self.arena(s)?)))
+            .collect();
         let total: usize = todo.iter().map(|j| j.2).sum();
         let shown = std::io::stderr().is_terminal();
         let bar = if shown {
@@ -277,9 +319,13 @@ impl Model {
             let (i, expert, bytes) = todo[j];
             let name = &tensors[i].name;
             let start = Instant::now();
-            let m = match expert {
+            let load = || match expert {
                 Some(e) => self.expert(name, e),
                 None => self.matrix(name),
+            };
+            let m = match stack_of(i).and_then(|s| arenas.get(s)) {
+                Some(arena) => arena.scope(load),
+                None => load(),
             };
             let took = start.elapsed();
             bar.inc(bytes as u64);

@@ -145,6 +145,16 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
 
     let experts = model.experts("blk.0.ffn_up_exps.weight").unwrap();
     assert_eq!((experts.len(), experts.k(), experts.n()), (4, k, n));
+    // The experts' weights share one huge-page arena; a lone matrix's do not.
+    assert!(experts.iter().all(Matrix::weights_in_arena));
+    assert!(!model
+        .matrix("blk.0.attn_q.weight")
+        .unwrap()
+        .weights_in_arena());
+    assert!(!model
+        .expert("blk.0.ffn_up_exps.weight", 1)
+        .unwrap()
+        .weights_in_arena());
     for (e, m) in mats.iter().enumerate() {
         let (mut a, mut b, mut c) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
         experts.get(e).unwrap().gemv(&x, &mut a).unwrap();
@@ -209,6 +219,9 @@ fn expert_stacks_load_route_and_refuse_bad_input() {
     let all = model.load_all(&Pool::new(2)).unwrap();
     assert_eq!(all.matrices.len(), 1);
     assert_eq!(all.experts["blk.0.ffn_up_exps.weight"].len(), 4);
+    assert!(all.experts["blk.0.ffn_up_exps.weight"]
+        .iter()
+        .all(Matrix::weights_in_arena));
     let unsupported: Vec<&str> = all.unsupported.iter().map(|u| u.0.as_str()).collect();
     assert_eq!(unsupported, ["blk.1.ffn_up_exps.weight"]);
     let q4 = &all.types[0];
@@ -447,6 +460,17 @@ fn per_expert_tensors_load_as_one_stack() {
         all.experts.keys().collect::<Vec<_>>(),
         ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight"]
     );
+    // Per-expert tensors repack into their stack's arena too.
+    assert!(all
+        .experts
+        .values()
+        .all(|s| s.iter().all(Matrix::weights_in_arena)));
+    assert!(model
+        .experts("blk.0.ffn_up_exps.weight")
+        .unwrap()
+        .iter()
+        .all(Matrix::weights_in_arena));
+    assert!(!all.matrices["blk.0.attn_q.weight"].weights_in_arena());
     assert_eq!(
         all.matrices.keys().collect::<Vec<_>>(),
         ["blk.0.attn_q.weight"]

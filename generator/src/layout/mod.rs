@@ -9,5 +9,5 @@ pub mod align;
 pub mod f32;
 pub mod int8;
 
-pub use align::{gcd, lcm, round_up, AlignedWords};
+pub use align::{gcd, lcm, round_up, AlignedWords, WordArena};
 pub use f32::{Layout, Packed, Tiling};

@@ -170,6 +170,10 @@ impl Int8Matrix {
         self.layout.bytes() + 2 * self.packed.sc.len()
     }
 
+    pub(crate) fn weights_in_arena(&self) -> bool {
+        self.packed.w.in_arena()
+    }
+
     /// Sets an act-order permutation (see [`Int8Matrix::perm`]).
     pub(crate) fn set_perm(&mut self, perm: Option<Vec<u32>>) -> Result<(), Error> {
         if let Some(p) = &perm {
