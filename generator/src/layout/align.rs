@@ -84,16 +84,22 @@ impl WordArena {
     /// transparent huge pages; `None` if the reservation fails (callers
     /// then allocate as usual).
     pub fn new(bytes: usize) -> Option<Arc<WordArena>> {
-        let bytes = bytes.checked_next_multiple_of(AlignedWords::MAPPED)?;
+        const HUGE: usize = AlignedWords::MAPPED;
+        let bytes = bytes.checked_next_multiple_of(HUGE)?;
+        // One huge page more than asked, so that the arena can start on a
+        // huge-page boundary (kernels before 6.7 align only file mappings
+        // that way): otherwise its first and last pages stay small.
         let mut map = memmap2::MmapOptions::new()
-            .len(bytes)
+            .len(bytes.checked_add(HUGE)?)
             .no_reserve_swap()
             .map_anon()
             .ok()?;
         #[cfg(target_os = "linux")]
         let _ = map.advise(memmap2::Advice::HugePage);
+        let skip = map.as_ptr().align_offset(HUGE);
         Some(Arc::new(WordArena {
-            base: map.as_mut_ptr().cast::<Line>(),
+            // SAFETY: `skip` < HUGE, and the mapping is `bytes + HUGE` long.
+            base: unsafe { map.as_mut_ptr().add(skip) }.cast::<Line>(),
             lines: bytes / 64,
             next: AtomicUsize::new(0),
             _map: map,
@@ -306,6 +312,8 @@ mod buffer_tests {
         let lens = [1, 17, 1000, 16, 0];
         let mut bufs: Vec<AlignedWords> =
             arena.scope(|| lens.iter().map(|&l| AlignedWords::zeroed(l)).collect());
+        // The first starts on a huge-page boundary.
+        assert_eq!(bufs[0].as_ptr() as usize % AlignedWords::MAPPED, 0);
         for (b, &l) in bufs.iter().zip(&lens) {
             assert_eq!(b.in_arena(), l > 0, "len {l}");
             assert_eq!(b.len(), l);
