@@ -198,6 +198,9 @@ pub struct GgufFile {
     path: PathBuf,
     version: u32,
     alignment: usize,
+    /// `{arch}.expert_count`, read and checked against the stacks once, when
+    /// the file is parsed.
+    expert_count: Option<u32>,
     data_start: usize,
     metadata: Vec<(String, MetaValue)>,
     tensors: Vec<TensorInfo>,
@@ -394,6 +397,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             version: 0,
             alignment: DEFAULT_ALIGNMENT,
+            expert_count: None,
             data_start: 0,
             metadata: Vec::new(),
             tensors: Vec::new(),
@@ -512,7 +516,8 @@ impl GgufFile {
             t.range = self.tensor_range(t, bytes.len())?;
         }
         self.tensors = tensors;
-        if let Some(count) = self.declared_expert_count()? {
+        self.expert_count = self.declared_expert_count()?;
+        if let Some(count) = self.expert_count {
             for t in self.tensors.iter().filter(|t| is_expert_stack(t)) {
                 let e = t.experts().expect("a stack is 3-D");
                 if e != u64::from(count) {
@@ -537,10 +542,10 @@ impl GgufFile {
 
     /// The experts per MoE layer the metadata declares
     /// (`{arch}.expert_count`), if it does; a value that is not an integer
-    /// is an error, found when the file is opened. Opening a file checks its stacks of experts against it
-    /// (as llama.cpp refuses a tensor whose shape disagrees with it), so a
-    /// count that disagrees with the tensors is a corrupt file, not a
-    /// matrix short of experts found at run time.
+    /// is an error. Parsing reads it once and checks the stacks of experts
+    /// against it (as llama.cpp refuses a tensor whose shape disagrees with
+    /// it), so a count that disagrees with the tensors is a corrupt file,
+    /// not a matrix short of experts found at run time.
     fn declared_expert_count(&self) -> Result<Option<u32>, String> {
         let Some(key) = self.expert_count_key() else {
             return Ok(None);
@@ -655,7 +660,7 @@ impl GgufFile {
     /// (`{arch}.expert_count`), if it does. Every stack of experts in the
     /// file has that many: opening the file checked it.
     pub fn expert_count(&self) -> Option<u32> {
-        self.declared_expert_count().ok().flatten()
+        self.expert_count
     }
 
     /// A string value (e.g. `general.architecture`).
