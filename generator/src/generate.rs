@@ -262,10 +262,10 @@ pub fn plans_for_i8(target: &TargetDesc, req: &I8Request) -> Result<Vec<I8Plan>,
     ops.dedup();
     let mut plans = Vec::new();
     for isa in select_i8_isas(target, &req.spec, &req.isas)? {
-        let spec = I8Spec {
+        let spec = isa.reads(&I8Spec {
             op: Op::Gemv,
             ..req.spec
-        };
+        });
         let (fixed, mut notes) = if req.profiles.is_empty() {
             (None, Vec::new())
         } else {

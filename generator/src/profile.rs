@@ -549,6 +549,7 @@ fn machine_key(target: &TargetDesc) -> ProfileKey {
 
 /// The profile key for an int8-family kernel tuned on `target` with `isa`.
 pub fn key_for_i8(target: &TargetDesc, isa: &I8Isa, spec: &I8Spec, threads: usize) -> ProfileKey {
+    let spec = &isa.reads(spec);
     let (op, m) = ProfileKey::op_of(spec.op);
     ProfileKey {
         family: "int8".into(),

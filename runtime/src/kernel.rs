@@ -131,12 +131,15 @@ impl KernelEntry {
         let f: WeightFormat = self.format.parse().map_err(|e: Error| {
             Error::NoKernel(format!("kernel {}: {}", self.name, e.message()))
         })?;
-        // A GGUF format's kernels read its int8 layout's bits (Q6_K: 6).
-        let bits = match f {
-            WeightFormat::Ggml(t) => t.format().int8.map_or(f.bits(), |r| r.layout_bits),
-            _ => f.bits(),
+        // A GGUF format's kernels read its int8 layout's bits (Q6_K: 6; a
+        // 3-bit format 3, or 4 where the ISA has no 3-bit unpack).
+        let reads = match f {
+            WeightFormat::Ggml(t) => t.format().int8.map_or(self.bits == f.bits(), |r| {
+                self.bits == r.read_bits(true) || self.bits == r.read_bits(false)
+            }),
+            _ => self.bits == f.bits(),
         };
-        if f.family() != self.family() || bits != self.bits {
+        if f.family() != self.family() || !reads {
             return Err(Error::NoKernel(format!(
                 "kernel {} is an {} kernel of {} bits, but says it reads {f}",
                 self.name,

@@ -422,3 +422,69 @@ fn gptq_beyond_f16_falls_back_to_the_f32_family() {
         assert!(y.iter().all(|v| v.is_finite()));
     }
 }
+
+/// Formats whose levels fit 3 bits (Q3_K, the IQ1 and IQ2 codebook
+/// indices) pack at 3 bits per level where the kernels' ISA unpacks them
+/// (`I8Isa::three_bit` on lane layouts: all but i8mm's pairs and SVE) and
+/// at 4 elsewhere: each runnable
+/// kernel pair reads the layout it says, which holds exactly its levels
+/// and scales (12 or 16 bytes per column and block, and the scale stream),
+/// and matches the oracle on it.
+#[test]
+fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
+    let reg = Registry::builtin();
+    let three: Vec<GgmlType> = formats()
+        .into_iter()
+        .filter(|t| t.format().int8.is_some_and(|r| r.layout_bits == 3))
+        .collect();
+    let tags: Vec<&str> = three.iter().map(|t| t.tag()).collect();
+    for want in ["q3_k", "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s"] {
+        assert!(tags.contains(&want), "{want} is not 3-bit: {tags:?}");
+    }
+    let mut three_bit_runs = 0;
+    for t in three {
+        let (k, n) = (512, 64);
+        let w = common::raw_blocks(t, k, n, 9);
+        let gemms = reg.runnable(WeightFormat::Ggml(t), Op::Gemm);
+        for gemv in reg.runnable(WeightFormat::Ggml(t), Op::Gemv) {
+            // The lane ISAs whose templates have `lo3` / `hi3` / `spill3`.
+            let bits =
+                if ["avx2", "avxvnni", "avx512vnni", "dotprod", "portable"].contains(&gemv.isa) {
+                    3
+                } else {
+                    4
+                };
+            assert_eq!(gemv.bits, bits, "{t} {}", gemv.name);
+            let gemm = gemms
+                .iter()
+                .find(|g| g.isa == gemv.isa && g.same_layout(&gemv))
+                .expect("a GEMM on the GEMV's layout");
+            let qm = Matrix::from_ggml_kernels(&w, gemv, *gemm).unwrap();
+            let int = common::int_scales_of(qm.gemm_kernel());
+            let entries = if int {
+                2
+            } else {
+                t.format().int8.unwrap().scale_entries()
+            };
+            // N padded to whole tiles.
+            let n_pad = n.next_multiple_of(gemv.lanes * gemv.t_u);
+            assert_eq!(
+                qm.weight_bytes(),
+                n_pad * (k / 32) * (4 * bits as usize + 2 * entries),
+                "{t} {}",
+                gemv.name
+            );
+            let m = 3;
+            let x = Rng::new(4).vec_f32(m * k);
+            let mut y = vec![f32::NAN; m * n];
+            qm.gemm(&x, m, &mut y).unwrap();
+            common::check_i8_with(&w, &x, k, m, &y, &format!("{t} {}", gemv.name), int);
+            three_bit_runs += usize::from(bits == 3);
+        }
+    }
+    // Every CPU runs the portable kernels, which unpack 3 bits.
+    assert!(
+        three_bit_runs >= 6,
+        "{three_bit_runs} 3-bit kernel pairs ran"
+    );
+}

@@ -232,6 +232,37 @@ pub unsafe fn grid_lut<const C: usize>(idx: I) -> I {
     _mm256_shuffle_epi8(t, idx)
 }
 
+// 3-bit layouts (Q3_K, the IQ1 / IQ2 codebook indices): a stored chunk
+// holds two 3-bit levels per byte, in bits 0..3 and 4..7, and one bit of
+// the fourth chunk's two in bits 3 and 7 (see `kgen::layout::int8`). The
+// emitter keeps these only in 3-bit kernels.
+
+/// The levels in bits 0..3 of each byte.
+#[inline(always)]
+pub unsafe fn lo3(w: I) -> I {
+    _mm256_and_si256(w, _mm256_set1_epi8(0x07))
+}
+
+/// The levels in bits 4..7 of each byte (the 16-bit shift moves bits
+/// across bytes only outside the mask).
+#[inline(always)]
+pub unsafe fn hi3(w: I) -> I {
+    _mm256_and_si256(_mm256_srli_epi16::<4>(w), _mm256_set1_epi8(0x07))
+}
+
+/// The fourth chunk from the bits 3 and 7 of stored chunks `a`, `b`, `c`
+/// (bit 0, 1, 2 of each level), as a chunk [`lo3`] and [`hi3`] read.
+#[inline(always)]
+pub unsafe fn spill3(a: I, b: I, c: I) -> I {
+    _mm256_or_si256(
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<3>(a), _mm256_set1_epi8(0x11)),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(b), _mm256_set1_epi8(0x22)),
+        ),
+        _mm256_and_si256(_mm256_srli_epi16::<1>(c), _mm256_set1_epi8(0x44)),
+    )
+}
+
 // 5-bit formats (Q5_0): the emitter keeps these only in 5-bit kernels. A
 // weight chunk `w` holds the low 4 bits of 8 values per column as the 4-bit
 // layout does; `h` (the column group's plane) holds their fifth bits: byte

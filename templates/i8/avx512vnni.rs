@@ -77,6 +77,13 @@ pub unsafe fn nib_hi16(w: I) -> I {
     _mm512_and_si512(w, _mm512_set1_epi8(0xF0u8 as i8))
 }
 
+/// A 3-bit layout's levels in bits 4..7 in place, as `16 q`, for the
+/// same accumulators (bit 7 holds a bit of the fourth chunk: masked off).
+#[inline(always)]
+pub unsafe fn hi3_16(w: I) -> I {
+    _mm512_and_si512(w, _mm512_set1_epi8(0x70))
+}
+
 /// A block's dot from its low-nibble sum and its `16 q` high-nibble sum
 /// (exact: every high-nibble product is a multiple of 16).
 #[inline(always)]
@@ -247,6 +254,36 @@ pub unsafe fn hb_hi<const G: u32>(w: I, h: I) -> I {
 #[inline(always)]
 pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, a, x), b, y)
+}
+
+// 3-bit layouts (Q3_K, the IQ1 / IQ2 codebook indices): a stored chunk
+// holds two 3-bit levels per byte, in bits 0..3 and 4..7, and one bit of
+// the fourth chunk's two in bits 3 and 7 (see `kgen::layout::int8`). The
+// emitter keeps these only in 3-bit kernels.
+
+/// The levels in bits 0..3 of each byte.
+#[inline(always)]
+pub unsafe fn lo3(w: I) -> I {
+    _mm512_and_si512(w, _mm512_set1_epi8(0x07))
+}
+
+/// The levels in bits 4..7 of each byte.
+#[inline(always)]
+pub unsafe fn hi3(w: I) -> I {
+    _mm512_and_si512(_mm512_srli_epi16::<4>(w), _mm512_set1_epi8(0x07))
+}
+
+/// The fourth chunk from the bits 3 and 7 of stored chunks `a`, `b`, `c`
+/// (bit 0, 1, 2 of each level): two bit selects (0xE4: c ? a : b) merge
+/// the shifted chunks, [`lo3`] and [`hi3`] mask what they bring along.
+#[inline(always)]
+pub unsafe fn spill3(a: I, b: I, c: I) -> I {
+    let ab = _mm512_ternarylogic_epi32::<0xE4>(
+        _mm512_srli_epi16::<3>(a),
+        _mm512_srli_epi16::<2>(b),
+        _mm512_set1_epi8(0x11),
+    );
+    _mm512_ternarylogic_epi32::<0xE4>(ab, _mm512_srli_epi16::<1>(c), _mm512_set1_epi8(0x33))
 }
 
 // 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A

@@ -16,6 +16,13 @@ pub unsafe fn nib_hi16(w: I) -> I {
     _mm256_and_si256(w, _mm256_set1_epi8(0xF0u8 as i8))
 }
 
+/// A 3-bit layout's levels in bits 4..7 in place, as `16 q`, for the
+/// same accumulators (bit 7 holds a bit of the fourth chunk: masked off).
+#[inline(always)]
+pub unsafe fn hi3_16(w: I) -> I {
+    _mm256_and_si256(w, _mm256_set1_epi8(0x70))
+}
+
 /// A block's dot from its low-nibble sum and its `16 q` high-nibble sum
 /// (exact: every high-nibble product is a multiple of 16).
 #[inline(always)]

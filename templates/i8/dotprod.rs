@@ -242,6 +242,41 @@ pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     sdot(sdot(acc, a, x), b, y)
 }
 
+// 3-bit layouts (Q3_K, the IQ1 / IQ2 codebook indices): a stored chunk
+// holds two 3-bit levels per byte, in bits 0..3 and 4..7, and one bit of
+// the fourth chunk's two in bits 3 and 7 (see `kgen::layout::int8`). The
+// levels stay unsigned (never signed nibbles); the offset goes through the
+// activation sums as Q5_0's does. The emitter keeps these only in 3-bit
+// kernels.
+
+/// The levels in bits 0..3 of each byte.
+#[inline(always)]
+pub unsafe fn lo3(w: I) -> I {
+    vandq_s32(w, vdupq_n_s32(0x0707_0707))
+}
+
+/// The levels in bits 4..7 of each byte.
+#[inline(always)]
+pub unsafe fn hi3(w: I) -> I {
+    let v = vshrq_n_u8::<4>(vreinterpretq_u8_s32(w));
+    vreinterpretq_s32_u8(vandq_u8(v, vdupq_n_u8(7)))
+}
+
+/// The fourth chunk from the bits 3 and 7 of stored chunks `a`, `b`, `c`
+/// (bit 0, 1, 2 of each level): byte shifts, a mask and two bit selects
+/// (bsl), as a chunk [`lo3`] and [`hi3`] read.
+#[inline(always)]
+pub unsafe fn spill3(a: I, b: I, c: I) -> I {
+    let (a, b, c) = (
+        vreinterpretq_u8_s32(a),
+        vreinterpretq_u8_s32(b),
+        vreinterpretq_u8_s32(c),
+    );
+    let r = vandq_u8(vshrq_n_u8::<3>(a), vdupq_n_u8(0x11));
+    let r = vbslq_u8(vdupq_n_u8(0x22), vshrq_n_u8::<2>(b), r);
+    vreinterpretq_s32_u8(vbslq_u8(vdupq_n_u8(0x44), vshrq_n_u8::<1>(c), r))
+}
+
 // 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
 // stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
 // pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`). The

@@ -254,6 +254,35 @@ pub unsafe fn dot2_u(acc: I, a: I, x: I, b: I, y: I) -> I {
     dot_u(dot_u(acc, a, x), b, y)
 }
 
+// 3-bit layouts (Q3_K, the IQ1 / IQ2 codebook indices): a stored chunk
+// holds two 3-bit levels per byte, in bits 0..3 and 4..7, and one bit of
+// the fourth chunk's two in bits 3 and 7 (see `kgen::layout::int8`).
+
+/// The levels in bits 0..3 of each byte.
+#[inline(always)]
+pub unsafe fn lo3(w: I) -> I {
+    w.map(|v| v & 0x0707_0707)
+}
+
+/// The levels in bits 4..7 of each byte.
+#[inline(always)]
+pub unsafe fn hi3(w: I) -> I {
+    w.map(|v| (v >> 4) & 0x0707_0707)
+}
+
+/// The fourth chunk from the bits 3 and 7 of stored chunks `a`, `b`, `c`
+/// (bit 0, 1, 2 of each level), as a chunk [`lo3`] and [`hi3`] read.
+#[inline(always)]
+pub unsafe fn spill3(a: I, b: I, c: I) -> I {
+    let mut r = a;
+    for i in 0..8 {
+        r[i] = ((a[i] >> 3) & 0x1111_1111)
+            | ((b[i] >> 2) & 0x2222_2222)
+            | ((c[i] >> 1) & 0x4444_4444);
+    }
+    r
+}
+
 // 6-bit formats (Q6_K): the emitter keeps these only in 6-bit kernels. A
 // stored chunk holds 6-bit levels in bits 0..6 of each byte and one bit
 // pair of a spill chunk in bits 6..8 (see `kgen::layout::int8`).

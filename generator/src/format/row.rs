@@ -43,7 +43,8 @@ pub enum Levels {
 #[derive(Clone, Copy, Debug)]
 pub struct Int8Repack {
     /// Bits per level in the packed layout: 1 (a bit plane), 2 (four bit
-    /// pairs per byte), 4 (two nibble planes), 5 (the nibble planes plus a
+    /// pairs per byte), 3 (two 3-bit levels per byte, the spare bits
+    /// carrying a fourth chunk; [`Int8Repack::read_bits`]), 4 (two nibble planes), 5 (the nibble planes plus a
     /// plane of fifth bits), 6 (bytes whose top two bits carry a spill
     /// chunk) or 8 (bytes).
     pub layout_bits: u32,
@@ -309,6 +310,19 @@ impl Int8Repack {
     /// min: Q2_K's per-16 mins, Q3_K's offset of 4 and Q6_K's of 32.
     pub fn sums_per_block(&self) -> usize {
         self.scales_per_block
+    }
+
+    /// The bits per level a kernel reads: `layout_bits`, except that a
+    /// 3-bit layout is read at 4 bits by kernels without the 3-bit unpack
+    /// (`three_bit` false): the pair layouts (i8mm), whose 8-byte lane
+    /// groups hold a 32-value block in 2 nibble chunks, which 3 bits per
+    /// level do not fill whole, and ISAs whose templates lack it.
+    pub fn read_bits(&self, three_bit: bool) -> u32 {
+        if self.layout_bits == 3 && !three_bit {
+            4
+        } else {
+            self.layout_bits
+        }
     }
 }
 

@@ -21,6 +21,14 @@
 //!   chunk `g` = `sum_c q[16g + 4c + j] << 2c`, unsigned: a shift by `2c`
 //!   and a mask give values `16g + 4c..+4`, one activation broadcast each.
 //!   With `G` = 8 the one chunk's byte `j` is `sum_c q[8c + j] << 2c`.
+//! - 3-bit (`layout_bits` 3: Q3_K, the IQ1 and IQ2 codebook indices; 4-byte
+//!   groups, elsewhere read at 4 bits): 3 chunks, the 4-bit layout's chunks
+//!   0..3 with levels below 8, so bits 3 and 7 of every byte are free: they
+//!   carry chunk 3, whose byte `j` bit `g` sits in bits 3 (low level) and 7
+//!   (high) of chunk `g`'s byte `j`. A stored chunk's levels are one mask
+//!   (`& 7`) or a shift and a mask; chunk 3 is `(a >> 3 & 0x11) | (b >> 2 &
+//!   0x22) | (c >> 1 & 0x44)` over the three loads, then the same. 12 bytes
+//!   per column and block where the 4-bit layout takes 16.
 //! - 1-bit (`layout_bits` 1: kgen's `k1`): 1 chunk, byte `j` =
 //!   `sum_c q[4c + j] << c` for `c` in 0..8; 4-byte groups only (the pair
 //!   ISAs run no 1-bit kernels).
@@ -193,8 +201,36 @@ impl I8Layout {
             "1-bit int8 layouts take 4-byte lane groups"
         );
         self.group_bytes = group_bytes;
+        if group_bytes == 8 {
+            // No 3-bit pair layout: such formats are read at 4 bits there.
+            self = self.read_at(self.int8_row().read_bits(false));
+        }
         self.signed = signed && self.bits == 4 && !self.codebook();
         self
+    }
+
+    /// The same geometry at `bits` per level, as a kernel reads it: the
+    /// format's `layout_bits`, or 4 for a 3-bit format a kernel reads at 4
+    /// ([`crate::format::row::Int8Repack::read_bits`]). Before
+    /// [`I8Layout::grouped`], which decides signed nibbles by the bits.
+    pub fn read_at(mut self, bits: u32) -> I8Layout {
+        let r = self.int8_row();
+        assert!(
+            bits == r.read_bits(true) || bits == r.read_bits(false),
+            "{} is read at {} or {} bits, not {bits}",
+            self.format,
+            r.read_bits(true),
+            r.read_bits(false)
+        );
+        self.bits = bits;
+        self
+    }
+
+    fn int8_row(&self) -> crate::format::row::Int8Repack {
+        self.format
+            .format()
+            .int8
+            .expect("int8 layouts repack int8 formats")
     }
 
     /// The same geometry with the format's integer sub-scales kept as
@@ -418,6 +454,8 @@ impl I8Layout {
             (4, 1) => by_path!(1, 1, 1),
             (_, 1) => unreachable!("`grouped` refuses 1-bit pair layouts"),
             (4, 2) => by_path!(1, 2, 2),
+            (4, 3) => by_path!(1, 3, 3),
+            (_, 3) => unreachable!("`grouped` reads 3-bit formats at 4 in pairs"),
             (_, 2) => by_path!(2, 2, 2),
             (4, 8) => by_path!(1, 8, 8),
             (4, 6) => by_path!(1, 6, 6),
@@ -704,11 +742,28 @@ pub fn stored_scale(
 fn level_chunks(bits: u32, gb: usize, levels: &[u8; QK], out: &mut [u32; QK / 4]) {
     match bits {
         6 => six_bit_chunks(gb, levels, out),
+        3 => three_bit_chunks(levels, out),
         5 => five_bit_chunks(gb, levels, out),
         4 => block_chunks(4, gb, &nibble_bytes(levels), out),
         2 => two_bit_chunks(gb, levels, out),
         1 => out[0] = one_bit_word(levels),
         _ => block_chunks(8, gb, levels, out),
+    }
+}
+
+/// One column's block of 3-bit `levels` (0..8) for 4-byte lane groups, as
+/// the module documentation says: the 4-bit layout's chunks 0..3 with
+/// their levels' low 3 bits in bits 0..3 and 4..7 of each byte, carrying
+/// bit `g` of chunk 3's two levels in bits 3 and 7 of chunk `g`.
+#[inline]
+fn three_bit_chunks(levels: &[u8; QK], out: &mut [u32; QK / 4]) {
+    const LOW3: u32 = 0x7777_7777;
+    const BITS: u32 = 0x1111_1111;
+    let mut v = [0u32; QK / 4];
+    block_chunks(4, 4, &nibble_bytes(levels), &mut v);
+    let spill = v[3] & LOW3;
+    for (g, o) in out.iter_mut().enumerate().take(3) {
+        *o = (v[g] & LOW3) | ((spill >> g) & BITS) << 3;
     }
 }
 
@@ -856,6 +911,32 @@ mod tests {
                 assert_eq!(fifth_word(gb, qh), out[4], "gb {gb} qh {qh:08x}");
             }
         }
+    }
+
+    /// A 3-bit block holds the 4-bit layout's four chunks of levels: the
+    /// three stored ones under a mask of the low 3 bits of each nibble, and
+    /// the fourth as the kernels' `spill3` merges it from their bits 3 and
+    /// 7 (the templates' 16-bit shifts: the masks drop what crosses bytes).
+    #[test]
+    fn three_bit_chunks_unpack_to_the_nibble_chunks() {
+        let mut rng = Rng::new(12);
+        for _ in 0..500 {
+            let levels: [u8; QK] = std::array::from_fn(|_| (rng.next_u64() % 8) as u8);
+            let (mut four, mut three) = ([0u32; QK / 4], [0u32; QK / 4]);
+            block_chunks(4, 4, &nibble_bytes(&levels), &mut four);
+            three_bit_chunks(&levels, &mut three);
+            for g in 0..3 {
+                assert_eq!(three[g] & 0x7777_7777, four[g], "chunk {g}");
+            }
+            let spill = (three[0] >> 3 & 0x1111_1111)
+                | (three[1] >> 2 & 0x2222_2222)
+                | (three[2] >> 1 & 0x4444_4444);
+            assert_eq!(spill, four[3]);
+        }
+        let l = I8Layout::new(GgmlType::Q3_K, 8, 2, 256, 16, 256, 16);
+        assert_eq!((l.bits, l.block_bytes()), (3, 12));
+        assert_eq!(l.grouped(8, true).bits, 4, "no 3-bit pair layout");
+        assert_eq!(l.read_at(4).block_bytes(), 16);
     }
 
     /// The checked repack reads each tile's rows once: valid blocks pack

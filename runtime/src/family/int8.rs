@@ -108,6 +108,7 @@ impl Int8Matrix {
             unreachable!("both checked above")
         };
         let mut layout = I8Layout::new(m.dtype, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n)
+            .read_at(gemv.bits)
             .grouped(gemv_p.group_bytes, gemv_p.signed)
             .int_sub_scales(gemv_p.int_scales);
         let t0 = Instant::now();

@@ -130,6 +130,11 @@ pub struct I8Isa {
     /// They run only where SVE is present at exactly this length: targets
     /// must list it as `sve_vector_bits`, and run-time detection reads it.
     pub sve_bits: Option<u32>,
+    /// The template unpacks 3-bit layouts (`lo3`, `hi3`, `spill3`): formats
+    /// whose levels fit 3 bits (Q3_K, the IQ1 and IQ2 codebooks) repack
+    /// to 3 bits per level. Elsewhere they are read at 4
+    /// ([`crate::format::row::Int8Repack::read_bits`]).
+    pub three_bit: bool,
 }
 
 pub const AVX512VNNI: I8Isa = I8Isa {
@@ -145,6 +150,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    three_bit: true,
     sve_bits: None,
     prefetch: Some(4096),
     x_quad: false,
@@ -192,6 +198,7 @@ pub const AVX2: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    three_bit: true,
     sve_bits: None,
     prefetch: Some(4096),
     x_quad: true,
@@ -218,6 +225,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
+    three_bit: true,
     sve_bits: None,
     prefetch: None,
     x_quad: false,
@@ -260,6 +268,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
+    three_bit: true,
     sve_bits: None,
     prefetch: None,
     x_quad: false,
@@ -288,6 +297,7 @@ pub const SVE256: I8Isa = I8Isa {
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
+    three_bit: false,
     sve_bits: Some(256),
     prefetch: None,
     x_quad: false,
@@ -359,6 +369,7 @@ impl I8Isa {
     /// (A 256-bit SVE core with i8mm ranks i8mm first anyway, see
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
+        let spec = &self.reads(spec);
         if self.group_bytes == 8 && spec.bits() == 1 {
             return Err(format!(
                 "int8 ISA {} has no {} kernels (1-bit levels have no pair layout); \
@@ -397,10 +408,16 @@ impl I8Isa {
         Ok(())
     }
 
+    /// `spec` as this ISA's kernels read it: a 3-bit format at 3 bits on
+    /// lane layouts whose template unpacks them, else at 4.
+    pub fn reads(&self, spec: &I8Spec) -> I8Spec {
+        spec.with_three_bit(self.three_bit && self.group_bytes == 4)
+    }
+
     /// Whether kernels of `spec` here read 4-bit levels as signed nibbles
     /// (`16 q`, no offset to remove).
     pub fn signed_levels(&self, spec: &I8Spec) -> bool {
-        self.signed_nibbles && spec.bits() == 4 && !spec.codebook()
+        self.signed_nibbles && self.reads(spec).bits() == 4 && !spec.codebook()
     }
 
     /// Whether kernels of `spec` here take dots of the stored, unsigned

@@ -30,6 +30,7 @@ type Primitives = Arc<BTreeMap<String, Primitive>>;
 /// Kernels that dot a scratch of levels hold no masks or planes: each
 /// column group's level pair, two activation vectors and the word of ones.
 pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
+    let spec = &isa.reads(spec);
     // A grid kernel's tables: one per index field of a nibble.
     let grid_tables = if spec.grid() {
         4 / spec.bits() as usize
@@ -40,8 +41,9 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         // 1- and 2-bit grids: each column group's two nibble planes and one
         // level.
         1 | 2 if grid_tables > 0 => 3 * tile.t_sub,
-        // 2-bit: each column group's chunk and one bit pair of it.
-        2 | 4 => 2 * tile.t_sub,
+        // 2-bit: each column group's chunk and one bit pair of it; 3- and
+        // 4-bit: the chunk and one level.
+        2..=4 => 2 * tile.t_sub,
         // 5-bit: the chunk, its plane and a level; 6-bit: a spill chunk's
         // three stored chunks, or two levels and a load.
         5 | 6 => 3 * tile.t_sub,
@@ -115,7 +117,10 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         + usize::from(spec.codebook())
         + grid_tables
         + usize::from(spec.bits() == 5)
-        // 6-bit: the spill merge's two masks beside the level mask.
+        // 6-bit: the spill merge's two masks beside the level mask. (3-bit
+        // merges take three masks once per block and column group, which
+        // x86 folds into the ands as memory operands: counting them took
+        // the AVX2 codebook GEMMs from 4x8 to 2x8 tiles and 16-18% slower.)
         + 2 * usize::from(spec.bits() == 6)
 }
 
@@ -131,6 +136,7 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
 /// cached for the process (the whole gen-snapshot run, ~300 `kgen`
 /// invocations, went from 5.4 s to 10.5 s).
 pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
+    let spec = &isa.reads(spec);
     // The op and its rows: a GEMM's unpack share depends on m, and a GEMM
     // of one row is not the GEMV.
     type Key = (&'static str, &'static str, bool, usize, usize, usize, usize);
@@ -399,6 +405,7 @@ pub fn row_groups(m: usize, m_r: usize, isa: &I8Isa) -> Vec<(usize, usize)> {
 /// [`Roofline`] of `tile` on one core of `t`: a GEMM's cycles are those of
 /// each row group's micro kernel ([`row_groups`]).
 pub fn roofline(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> Roofline {
+    let spec = &isa.reads(spec);
     let tw = (isa.lanes * tile.t_sub) as f64;
     let bytes = tw * block_bytes(spec, isa);
     let cycles: f64 = row_groups(spec.op.rows(), tile.m_r, isa)
@@ -564,6 +571,7 @@ pub fn plan_with(
     shape: (usize, usize),
     fixed: Option<&I8Fixed>,
 ) -> Result<I8Plan, PlanError> {
+    let spec = &isa.reads(spec);
     if !isa.runs_on(t) {
         return Err(PlanError(format!(
             "int8 ISA {} needs {:?}, which target {} does not list",

@@ -11,11 +11,15 @@ use serde::{Serialize, Serializer};
 pub struct I8Spec {
     pub op: Op,
     pub format: &'static Format,
+    /// Bits per level of the layout its kernels read: the format's
+    /// `layout_bits`, or 4 for a 3-bit format on an ISA without the
+    /// 3-bit unpack ([`I8Spec::on`]).
+    pub bits: u32,
 }
 
 impl PartialEq for I8Spec {
     fn eq(&self, other: &I8Spec) -> bool {
-        self.op == other.op && self.format.tag == other.format.tag
+        self.op == other.op && self.format.tag == other.format.tag && self.bits == other.bits
     }
 }
 
@@ -71,7 +75,8 @@ impl I8Spec {
                 int8_formats().map(|f| f.tag).collect::<Vec<_>>().join(", ")
             )));
         }
-        Ok(I8Spec { op, format })
+        let bits = format.int8.map_or(format.bits, |r| r.layout_bits);
+        Ok(I8Spec { op, format, bits })
     }
 
     /// kgen's symmetric `bits`-bit weights, stored as Q4_0 (4) or Q8_0 (8).
@@ -90,9 +95,21 @@ impl I8Spec {
         by_tag(tag).and_then(|f| I8Spec::for_format(op, f).ok())
     }
 
-    /// Bits per level in the packed layout (2, 4, 5 or 8).
+    /// Bits per level in the packed layout (1, 2, 3, 4, 5, 6 or 8).
     pub fn bits(&self) -> u32 {
-        self.format.int8.map_or(self.format.bits, |r| r.layout_bits)
+        self.bits
+    }
+
+    /// The spec as kernels with (`three_bit`) or without the 3-bit unpack
+    /// read it: a 3-bit format at 4 bits without
+    /// ([`crate::format::row::Int8Repack::read_bits`];
+    /// `I8Isa::reads` says which an ISA's kernels are).
+    pub fn with_three_bit(self, three_bit: bool) -> I8Spec {
+        let bits = self
+            .format
+            .int8
+            .map_or(self.bits, |r| r.read_bits(three_bit));
+        I8Spec { bits, ..self }
     }
 
     /// The format has mins (Q4_1, Q4_K, ...): a second f16 stream beside

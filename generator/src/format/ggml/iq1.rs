@@ -32,7 +32,7 @@ pub const IQ1_S: Format = Format {
     levels: Levels::Codebook(&IQ1_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ1_CODEBOOK, s_levels, s_scale, 1),
     quantize: s_quantize,
-    int8: codebook_row(s_levels, s_scale, 1),
+    int8: codebook_row(s_levels, s_scale, 1, 3),
 };
 
 pub const IQ1_M: Format = Format {
@@ -47,7 +47,7 @@ pub const IQ1_M: Format = Format {
     levels: Levels::Codebook(&IQ1_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ1_CODEBOOK, m_levels, m_scale, 2),
     quantize: m_quantize,
-    int8: codebook_row(m_levels, m_scale, 2),
+    int8: codebook_row(m_levels, m_scale, 2, 3),
 };
 
 const S_QH: usize = 2 + QK_K / 8;

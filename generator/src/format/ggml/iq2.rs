@@ -34,7 +34,7 @@ pub const IQ2_XXS: Format = Format {
     levels: Levels::Codebook(&IQ2_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ2_CODEBOOK, xxs_levels, xxs_scale, 1),
     quantize: xxs_quantize,
-    int8: codebook_row(xxs_levels, xxs_scale, 1),
+    int8: codebook_row(xxs_levels, xxs_scale, 1, 3),
 };
 
 pub const IQ2_XS: Format = Format {
@@ -51,7 +51,7 @@ pub const IQ2_XS: Format = Format {
         dequantize_by_levels(b, o, &IQ2_CODEBOOK, xs_levels, per16_scale::<XS_SCALES>, 2)
     },
     quantize: xs_quantize,
-    int8: codebook_row(xs_levels, per16_scale::<XS_SCALES>, 2),
+    int8: codebook_row(xs_levels, per16_scale::<XS_SCALES>, 2, 3),
 };
 
 pub const IQ2_S: Format = Format {
@@ -68,7 +68,7 @@ pub const IQ2_S: Format = Format {
         dequantize_by_levels(b, o, &IQ2_CODEBOOK, s_levels, per16_scale::<S_SCALES>, 2)
     },
     quantize: s_quantize,
-    int8: codebook_row(s_levels, per16_scale::<S_SCALES>, 2),
+    int8: codebook_row(s_levels, per16_scale::<S_SCALES>, 2, 3),
 };
 
 /// Where IQ2_XS's and IQ2_S's 4-bit scales start.
@@ -84,9 +84,9 @@ fn unit_scale(b: &[u8], ls: u32) -> (f32, f32) {
 }
 
 /// Point `p`'s 8 codebook indices under sign bits `signs`, into `out`:
-/// the index `level + 8 negative` (see `signed_codebook`), a word at a time.
+/// the index `level + 4 negative` (see `signed_codebook`), a word at a time.
 fn put(out: &mut [u8], grid: &Grid, p: usize, signs: u8) {
-    out.copy_from_slice(&(grid.bytes[p] | BIT_BYTES[signs as usize] << 3).to_le_bytes());
+    out.copy_from_slice(&(grid.bytes[p] | BIT_BYTES[signs as usize] << 2).to_le_bytes());
 }
 
 fn xxs_levels(b: &[u8], s: usize) -> [u8; QK] {

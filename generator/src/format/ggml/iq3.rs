@@ -31,7 +31,7 @@ pub const IQ3_XXS: Format = Format {
     levels: Levels::Codebook(&IQ3XXS_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ3XXS_CODEBOOK, xxs_levels, xxs_scale, 1),
     quantize: xxs_quantize,
-    int8: codebook_row(xxs_levels, xxs_scale, 1),
+    int8: codebook_row(xxs_levels, xxs_scale, 1, 4),
 };
 
 pub const IQ3_S: Format = Format {
@@ -46,7 +46,7 @@ pub const IQ3_S: Format = Format {
     levels: Levels::Codebook(&IQ3S_CODEBOOK),
     dequantize: |b, o| dequantize_by_levels(b, o, &IQ3S_CODEBOOK, s_levels, s_scale, 1),
     quantize: s_quantize,
-    int8: codebook_row(s_levels, s_scale, 1),
+    int8: codebook_row(s_levels, s_scale, 1, 4),
 };
 
 /// IQ3_XXS's sign-and-scale words.

@@ -12,26 +12,30 @@
 //!
 //! To the int8 family every such value is a small integer times its
 //! sub-block's scale, so the formats are codebook formats: the repack
-//! decodes each point into 4-bit codebook indices (sign in bit 3 for the
-//! IQ2 / IQ3 grids; for IQ1, `8 g +- 1` over a scale of `d_l / 8`) and the
-//! kernels IQ4_NL's table lookups generate run them on every ISA. The cost
-//! is memory: the repacked layout holds 4.5 bits per weight (5 with a scale
-//! per 16) where the file holds 1.56 to 3.44, so these tensors take 1.3x
-//! (IQ3_S) to 2.9x (IQ1_S) their file size once loaded.
+//! decodes each point into codebook indices and the kernels IQ4_NL's
+//! table lookups generate run them on every ISA. IQ1's `8 g +- 1` (over a
+//! scale of `d_l / 8`) and IQ2's three levels with a sign (bit 2) take 3-bit
+//! indices, IQ3's eight levels with a sign (bit 3) 4-bit ones. The cost is
+//! memory: the repacked layout holds 3.5 bits per weight for 3-bit indices
+//! (4 with a scale per 16; 4.5 and 5 on ISAs that read them at 4 bits,
+//! [`crate::format::row::Int8Repack::read_bits`]) and 4.5 for IQ3, where
+//! the file holds 1.56 to 3.44.
 
 use crate::format::ggml::iq_grids as g;
 use crate::format::row::{Int8Repack, QK};
 
-/// The int8 row every lattice format has: a codebook layout of 4-bit
-/// indices decoded sub-block by sub-block (no nibble store applies), scales
-/// per 32 or 16 values, no mins.
+/// The int8 row every lattice format has: a codebook layout of
+/// `index_bits`-bit indices (3 where a point's levels and sign fit 8
+/// codebook entries, else 4) decoded sub-block by sub-block (no nibble
+/// store applies), scales per 32 or 16 values, no mins.
 pub const fn codebook_row(
     block_levels: fn(&[u8], usize) -> [u8; QK],
     sub_scale: fn(&[u8], usize) -> (f32, f32),
     scales_per_block: usize,
+    index_bits: u32,
 ) -> Option<Int8Repack> {
     Some(Int8Repack {
-        layout_bits: 4,
+        layout_bits: index_bits,
         block_levels,
         sub_scale,
         mins: false,
@@ -175,21 +179,24 @@ pub fn ksigns(i: u32) -> u8 {
 }
 
 /// The codebook of a grid with separate signs: level `l` at index `l`, its
-/// negative at `l + 8` (unused entries 0).
-pub const fn signed_codebook(levels: &[i8]) -> [i8; 16] {
+/// negative at `l + 2^(B - 1)` for `B`-bit indices (unused entries 0): IQ2's
+/// three levels take 3-bit indices (sign bit 2), IQ3's eight take 4 (sign
+/// bit 3).
+pub const fn signed_codebook<const B: u32>(levels: &[i8]) -> [i8; 16] {
     let mut c = [0i8; 16];
     let mut l = 0;
+    assert!(levels.len() <= 1 << (B - 1), "levels and signs fit B bits");
     while l < levels.len() {
         c[l] = levels[l];
-        c[l + 8] = -levels[l];
+        c[l + (1 << (B - 1))] = -levels[l];
         l += 1;
     }
     c
 }
 
-pub const IQ2_CODEBOOK: [i8; 16] = signed_codebook(&g::IQ2XXS_LEVELS);
-pub const IQ3XXS_CODEBOOK: [i8; 16] = signed_codebook(&g::IQ3XXS_LEVELS);
-pub const IQ3S_CODEBOOK: [i8; 16] = signed_codebook(&g::IQ3S_LEVELS);
+pub const IQ2_CODEBOOK: [i8; 16] = signed_codebook::<3>(&g::IQ2XXS_LEVELS);
+pub const IQ3XXS_CODEBOOK: [i8; 16] = signed_codebook::<4>(&g::IQ3XXS_LEVELS);
+pub const IQ3S_CODEBOOK: [i8; 16] = signed_codebook::<4>(&g::IQ3S_LEVELS);
 
 /// IQ1's values `g + delta` (grid level `g` in {-1, 0, 1}, `delta = +-1/8`)
 /// times 8: index `(g + 1) + 4 * (delta < 0)`; the scale the kernels take

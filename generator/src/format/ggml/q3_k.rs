@@ -39,7 +39,7 @@ pub const Q3_K: Format = Format {
     dequantize,
     quantize,
     int8: Some(Int8Repack {
-        layout_bits: 4,
+        layout_bits: 3,
         block_levels: sub_levels,
         sub_scale: sub16_scale,
         mins: false,

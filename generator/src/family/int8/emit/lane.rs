@@ -100,7 +100,7 @@ pub(crate) fn fences_pointers(isa: &I8Isa, spec: &I8Spec) -> bool {
 pub(crate) fn masked_high_nibbles(spec: &I8Spec, isa: &I8Isa) -> bool {
     isa.unsigned_dot
         && spec.op == crate::spec::Op::Gemv
-        && spec.bits() == 4
+        && matches!(spec.bits(), 3 | 4)
         && !spec.codebook()
         && !isa.signed_nibbles
 }
@@ -251,20 +251,29 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 });
             }
         }
-    } else if p.spec.bits() == 4 {
+    } else if matches!(p.spec.bits(), 3 | 4) {
         // Each chunk covers 8 K values: low nibbles 8g..8g+4, high 8g+4..8g+8.
         // Codebook nibbles are indices: looked up (signed int8 levels) and
         // dotted signed x signed straight into i32; plain nibbles go through
-        // the template's block accumulator.
+        // the template's block accumulator. 3-bit layouts hold the same
+        // four chunks of levels in three, the fourth in their spare bits
+        // (`spill3` of the three loads).
+        let three = p.spec.bits() == 3;
         let unpack = |half: &str, wv: &proc_macro2::Ident| {
-            if p.spec.codebook() {
-                let idx = format_ident!("idx_{}", half);
-                quote! { ops::lut(ops::#idx(#wv)) }
+            let level = if three {
+                format_ident!("{}3", half)
+            } else if p.spec.codebook() {
+                format_ident!("idx_{}", half)
             } else {
-                let nib = format_ident!("nib_{}", half);
-                quote! { ops::#nib(#wv) }
+                format_ident!("nib_{}", half)
+            };
+            if p.spec.codebook() {
+                quote! { ops::lut(ops::#level(#wv)) }
+            } else {
+                quote! { ops::#level(#wv) }
             }
         };
+        let chunks = 4;
         // Codebook levels: signed dots, or unsigned ones of the table
         // shifted by 128 where the ISA offsets signed levels.
         let acc = format_ident!(
@@ -289,14 +298,24 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                     format_ident!("lo_{}", t),
                     format_ident!("hi_{}", t),
                 );
-                let off = lit((g * t_u + t) * chunk);
+                let load = |g: usize| {
+                    let off = lit((g * t_u + t) * chunk);
+                    quote! { ops::loadb(w.add(#off)) }
+                };
+                let word = if three && g == 3 {
+                    let (a, b, c) = (load(0), load(1), load(2));
+                    quote! { ops::spill3(#a, #b, #c) }
+                } else {
+                    load(g)
+                };
                 let (ulo, uhi) = if hi16 {
-                    (unpack("lo", &wv), quote! { ops::nib_hi16(#wv) })
+                    let hi = format_ident!("{}", if three { "hi3_16" } else { "nib_hi16" });
+                    (unpack("lo", &wv), quote! { ops::#hi(#wv) })
                 } else {
                     (unpack("lo", &wv), unpack("hi", &wv))
                 };
                 block.extend(quote! {
-                    let #wv = ops::loadb(w.add(#off));
+                    let #wv = #word;
                     let #lo = #ulo;
                     let #hi = #uhi;
                 });
@@ -423,7 +442,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
             }
             for t in 0..t_sub {
                 let (f, i, s) = (fv(r, t), iv(r, t), format_ident!("s_{}", t));
-                // 1-, 2- and 4-bit blocks accumulate in the template's block form
+                // 1- to 4-bit blocks accumulate in the template's block form
                 // (i16 pairs on maddubs ISAs); 5-, 6- and 8-bit ones directly in i32. Only
                 // unsigned levels carry a bias to remove (signed ones read as
                 // `level + 128` included).
@@ -437,8 +456,8 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
                 let sum = match p.spec.bits() {
                     _ if p.spec.codebook() && !isa.removes_offset(&p.spec) => quote! { #i },
                     5 | 6 | 8 if removes => quote! { ops::subi(#i, #c) },
-                    1 | 2 | 4 if removes => quote! { ops::subi(#dot, #c) },
-                    1 | 2 | 4 => dot,
+                    1..=4 if removes => quote! { ops::subi(#dot, #c) },
+                    1..=4 => dot,
                     _ => quote! { #i },
                 };
                 // Grouped: the group sum `g`, whose activation scale comes
@@ -1200,7 +1219,7 @@ mod tests {
     /// `spec` on a `rows` x `t_sub` micro tile of a `t_u` tile on `isa`.
     fn on_tile(isa: &I8Isa, spec: I8Spec, t_u: usize, t_sub: usize, rows: usize) -> MicroSpec {
         MicroSpec {
-            spec,
+            spec: isa.reads(&spec),
             tile: I8Tile {
                 t_u,
                 t_sub,
@@ -1863,10 +1882,9 @@ mod tests {
                 }
             }
         }
-        // Q5_0's and Q6_K's unsigned levels on all four, Q3_K's but on
-        // dotprod (signed nibbles there), Q8_0's `level + 128` on the two
-        // u8-dot ISAs.
-        assert_eq!(kernels, 13);
+        // Q5_0's, Q3_K's (3-bit, never signed nibbles) and Q6_K's unsigned
+        // levels on all four, Q8_0's `level + 128` on the two u8-dot ISAs.
+        assert_eq!(kernels, 14);
         for tag in [
             "q5_0", "q3_k", "q6_k", "q8_0", "q4_1", "q4_k", "tq2_0", "iq4_nl",
         ] {
@@ -1897,12 +1915,13 @@ mod tests {
                 ("q3_k", true, 2),
             ] {
                 let k = emitted_op(isa, tag, 3, 1, Op::Gemv);
-                assert_eq!(
-                    k.matches("ops :: nib_hi16").count(),
-                    4 * 3,
-                    "{} {tag}",
-                    isa.name
-                );
+                // Q3_K's 3-bit layout masks its own bits 4..7.
+                let hi16 = if tag == "q3_k" {
+                    "ops :: hi3_16"
+                } else {
+                    "ops :: nib_hi16"
+                };
+                assert_eq!(k.matches(hi16).count(), 4 * 3, "{} {tag}", isa.name);
                 assert!(!k.contains("ops :: nib_hi ("), "{} {tag}", isa.name);
                 for t in 0..3 {
                     let acc = format!("j_0_{t} = ops :: pair_acc (j_0_{t} , hi_{t}");

@@ -57,6 +57,8 @@ const ODD_CRUMB_ITEMS: &[&str] = &["crumb1_x4", "crumb3_x4", "join_crumbs"];
 /// pair layouts' plane split and offset removal.
 const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
+/// The 3-bit unpack (lane layouts only).
+const THREE_BIT_ITEMS: &[&str] = &["lo3", "hi3", "spill3"];
 /// The 6-bit unpack, with the 5-bit kernels' two-dot accumulate (lanes)
 /// or offset removal (pairs).
 const SIX_BIT_LANE: &[&str] = &["lo6", "spill6", "dot2_u"];
@@ -88,9 +90,15 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             "format:   {} ({}), op {}",
             p.spec.format_tag(),
             if p.spec.codebook() && isa.offsets_signed(&p.spec) {
-                "4-bit codebook indices, table lookup to int8 level + 128".to_string()
+                format!(
+                    "{}-bit codebook indices, table lookup to int8 level + 128",
+                    p.spec.bits()
+                )
             } else if p.spec.codebook() {
-                "4-bit codebook indices, table lookup to signed int8".to_string()
+                format!(
+                    "{}-bit codebook indices, table lookup to signed int8",
+                    p.spec.bits()
+                )
             } else if let Some(grid) = p.spec.format.grid() {
                 format!(
                     "{}-bit indices into the grid {grid:?}, table lookup to unsigned levels + {}",
@@ -128,11 +136,12 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
                 )
             } else if p.spec.bits() == 2 {
                 format!("2-bit unsigned levels - {}", p.spec.format.offset())
-            } else if p.spec.bits() == 4 {
+            } else if matches!(p.spec.bits(), 3 | 4) {
                 format!(
-                    "4-bit unsigned levels - {}{}{signed_scales}",
+                    "{}-bit unsigned levels - {}{}{signed_scales}",
+                    p.spec.bits(),
                     p.spec.format.offset(),
-                    if isa.signed_nibbles {
+                    if isa.signed_levels(&p.spec) {
                         " (read as signed nibbles)"
                     } else {
                         ""
@@ -155,7 +164,9 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
             p.layout_name(),
             p.lanes * p.tile.t_u,
             isa.group_bytes,
-            if p.spec.codebook() {
+            if p.spec.bits() == 3 {
+                ", 3-bit levels in nibbles, a fourth chunk in their top bits"
+            } else if p.spec.codebook() {
                 ", unsigned nibble indices"
             } else if p.spec.format.grid().is_some() && p.spec.bits() == 1 {
                 ", 1-bit indices, bit c of byte j is value 4c + j"
@@ -306,6 +317,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
 /// call. The kernel module keeps those its code calls
 /// ([`crate::emit::keep_used`]); the model counts ops from them.
 pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, EmitError> {
+    let spec = &isa.reads(spec);
     use crate::family::int8::emit::{lane, micro};
     let template = isa.template_file().map_err(EmitError)?;
     let mut items = crate::emit::template_items(&template, isa.features);
@@ -319,6 +331,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         6 if pairs => need.extend(SIX_BIT_PAIR),
         6 => need.extend(SIX_BIT_LANE),
         2 if !spec.grid() => need.extend(TWO_BIT_ITEMS),
+        3 => need.extend(THREE_BIT_ITEMS),
         _ => {}
     }
     if lane::masked_odd_crumbs(spec, isa) {
