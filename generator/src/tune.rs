@@ -347,6 +347,7 @@ fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result
                         m_r: k::M_R,
                         m_b: k::M_B,
                         t_b: k::T_B,
+                        bits: k::BITS,
                         group_bytes: k::GROUP_BYTES,
                         signed: k::SIGNED,
                         int_scales: k::INT_SCALES,

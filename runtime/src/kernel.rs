@@ -134,8 +134,10 @@ impl KernelEntry {
         // A GGUF format's kernels read its int8 layout's bits (Q6_K: 6; a
         // 3-bit format 3, or 4 where the ISA has no 3-bit unpack).
         let reads = match f {
+            // (3 only on 4-byte lane groups: no pair layout holds 3 bits.)
             WeightFormat::Ggml(t) => t.format().int8.map_or(self.bits == f.bits(), |r| {
-                self.bits == r.read_bits(true) || self.bits == r.read_bits(false)
+                let lane = self.int8().is_some_and(|p| p.group_bytes == 4);
+                self.bits == r.read_bits(lane) || self.bits == r.read_bits(false)
             }),
             _ => self.bits == f.bits(),
         };

@@ -54,6 +54,8 @@ pub struct Cand {
     pub m_r: usize,
     pub m_b: usize,
     pub t_b: usize,
+    /// Bits per level of the layout it reads (a 3-bit format: 3 or 4).
+    pub bits: u32,
     pub group_bytes: usize,
     pub signed: bool,
     pub int_scales: bool,
@@ -79,6 +81,7 @@ fn k_block(c: &Cand) -> usize {
 /// The packed layout candidate `c` reads, for a `k x n` matrix.
 fn layout(c: &Cand, k: usize, n: usize) -> I8Layout {
     I8Layout::new(GgmlType(format(c)), c.lanes, c.t_u, c.m_b, c.t_b, k, n)
+        .read_at(c.bits)
         .grouped(c.group_bytes, c.signed)
         .int_sub_scales(c.int_scales)
 }

@@ -117,11 +117,12 @@ pub fn registers(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> usize {
         + usize::from(spec.codebook())
         + grid_tables
         + usize::from(spec.bits() == 5)
-        // 6-bit: the spill merge's two masks beside the level mask. (3-bit
-        // merges take three masks once per block and column group, which
-        // x86 folds into the ands as memory operands: counting them took
-        // the AVX2 codebook GEMMs from 4x8 to 2x8 tiles and 16-18% slower.)
+        // 6-bit: the spill merge's two masks beside the level mask; 3-bit:
+        // its three on aarch64, whose ands take no memory operands (x86
+        // folds them into the ands: counting them there took the AVX2
+        // codebook GEMMs from 4x8 to 2x8 tiles and 16-18% slower).
         + 2 * usize::from(spec.bits() == 6)
+        + 3 * usize::from(spec.bits() == 3 && isa.arch == Some(crate::target::Arch::Aarch64))
 }
 
 /// Instructions of one 32-value block of `tile`'s micro kernel (all its
@@ -434,6 +435,7 @@ pub fn predict(
     k: usize,
     n: usize,
 ) -> (f64, f64) {
+    let spec = &isa.reads(spec);
     let compute_gbs = roofline(spec, isa, t, tile).compute_gbs;
     let rows = spec.op.rows() as f64;
     let eff = n as f64 / round_up(n, isa.lanes * tile.t_u) as f64;
@@ -491,6 +493,7 @@ pub fn rank_tiles(
     t: &TargetDesc,
     shape: (usize, usize),
 ) -> Vec<I8Candidate> {
+    let spec = &isa.reads(spec);
     let max_rows = match spec.op {
         Op::Gemv => 1,
         Op::Gemm { m } => m.min(MAX_M_R),

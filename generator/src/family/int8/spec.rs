@@ -13,7 +13,7 @@ pub struct I8Spec {
     pub format: &'static Format,
     /// Bits per level of the layout its kernels read: the format's
     /// `layout_bits`, or 4 for a 3-bit format on an ISA without the
-    /// 3-bit unpack ([`I8Spec::on`]).
+    /// 3-bit unpack ([`I8Spec::with_three_bit`], `I8Isa::reads`).
     pub bits: u32,
 }
 
@@ -64,7 +64,7 @@ impl I8Spec {
             .is_some_and(|r| r.scales_per_block > 1 && r.layout_bits == 5)
         {
             return Err(SpecError(format!(
-                "{} has a scale per 16 values: the int8 family folds half blocks on 2-, 4-, 6- and 8-bit layouts only",
+                "{} has a scale per 16 values: the int8 family folds half blocks on 2-, 3-, 4-, 6- and 8-bit layouts only",
                 format.name
             )));
         }

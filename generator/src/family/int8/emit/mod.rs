@@ -59,6 +59,8 @@ const FIVE_BIT_LANE: &[&str] = &["hb_lo", "hb_hi", "dot2_u"];
 const FIVE_BIT_PAIR: &[&str] = &["hb_lo", "hb_hi", "hb_pair", "sub_bias"];
 /// The 3-bit unpack (lane layouts only).
 const THREE_BIT_ITEMS: &[&str] = &["lo3", "hi3", "spill3"];
+/// [`THREE_BIT_ITEMS`] of the GEMVs that read high levels in place.
+const THREE_BIT_HI16: &str = "hi3_16";
 /// The 6-bit unpack, with the 5-bit kernels' two-dot accumulate (lanes)
 /// or offset removal (pairs).
 const SIX_BIT_LANE: &[&str] = &["lo6", "spill6", "dot2_u"];
@@ -333,6 +335,9 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
         2 if !spec.grid() => need.extend(TWO_BIT_ITEMS),
         3 => need.extend(THREE_BIT_ITEMS),
         _ => {}
+    }
+    if spec.bits() == 3 && lane::masked_high_nibbles(spec, isa) {
+        need.push(THREE_BIT_HI16);
     }
     if lane::masked_odd_crumbs(spec, isa) {
         need.extend(ODD_CRUMB_ITEMS);
