@@ -437,12 +437,14 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
         .into_iter()
         .filter(|t| t.format().int8.is_some_and(|r| r.layout_bits == 3))
         .collect();
-    let tags: Vec<&str> = three.iter().map(|t| t.tag()).collect();
+    // The table's 3-bit rows (whether or not this build has their kernels:
+    // a `KGEN_SPECS` build may hold a few formats only).
     for want in ["q3_k", "iq1_s", "iq1_m", "iq2_xxs", "iq2_xs", "iq2_s"] {
-        assert!(tags.contains(&want), "{want} is not 3-bit: {tags:?}");
+        let f = kgen::format::by_tag(want).expect("a format of the table");
+        assert_eq!(f.int8.map(|r| r.layout_bits), Some(3), "{want}");
     }
     let mut three_bit_runs = 0;
-    for t in three {
+    for &t in &three {
         let (k, n) = (512, 64);
         let w = common::raw_blocks(t, k, n, 9);
         let gemms = reg.runnable(WeightFormat::Ggml(t), Op::Gemm);
@@ -484,7 +486,8 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
     }
     // Every CPU runs the portable kernels, which unpack 3 bits.
     assert!(
-        three_bit_runs >= 6,
-        "{three_bit_runs} 3-bit kernel pairs ran"
+        three_bit_runs >= three.len(),
+        "{three_bit_runs} 3-bit kernel pairs ran for {} formats",
+        three.len()
     );
 }
