@@ -463,16 +463,20 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
                 .expect("a GEMM on the GEMV's layout");
             let qm = Matrix::from_ggml_kernels(&w, gemv, *gemm).unwrap();
             let int = common::int_scales_of(qm.gemm_kernel());
-            let entries = if int {
-                2
+            // Bytes per column and super-block: the levels, and the scale
+            // stream (with integer sub-scales a 2-byte entry per block
+            // after a header, `d` alone for Q3_K's signed scales).
+            let row = t.format().int8.unwrap();
+            let scale_bytes = if int {
+                2 * (8 + row.int_sub_scales.unwrap().super_entries())
             } else {
-                t.format().int8.unwrap().scale_entries()
+                2 * 8 * row.scale_entries()
             };
             // N padded to whole tiles.
             let n_pad = n.next_multiple_of(gemv.lanes * gemv.t_u);
             assert_eq!(
                 qm.weight_bytes(),
-                n_pad * (k / 32) * (4 * bits as usize + 2 * entries),
+                n_pad * (k / 256) * (8 * 4 * bits as usize + scale_bytes),
                 "{t} {}",
                 gemv.name
             );

@@ -186,10 +186,10 @@ impl NibbleStore {
 /// 16 under `d`, Q3_K's packed 6-bit scale per 16 under `d`, or Q4_K's and
 /// Q5_K's 6-bit scale and min per 32 under `d` and `dmin`. The int8 layout
 /// then stores these as [`IntSubScales::pair`] reads them (two bytes per
-/// column and 32-value block) and the super-block's `d` and `-dmin`
-/// (signed: `-d`) once, in the f16 entries of its first two blocks; kernels
-/// on ISAs with [`crate::family::int8::isa::I8Isa::int_sub_scales`] read
-/// that form.
+/// column and 32-value block) after the super-block's f16 `d` (and, with
+/// mins, `-dmin`) once per column
+/// ([`crate::layout::int8::I8Layout::int_sub_scales`]); kernels on ISAs
+/// with [`crate::family::int8::isa::I8Isa::int_sub_scales`] read that form.
 #[derive(Clone, Copy, Debug)]
 pub struct IntSubScales {
     /// Where the integer sub-scale bytes start in a block.
@@ -268,6 +268,12 @@ impl IntSubScales {
     pub fn supers(&self, block: &[u8]) -> [u16; 2] {
         let f16 = |at: usize| u16::from_le_bytes([block[at], block[at + 1]]);
         [f16(self.d_at), f16(self.dmin_at.unwrap_or(self.d_at))]
+    }
+
+    /// f16 entries per column and super-block ahead of its sub-scale
+    /// pairs: `d`, and `-dmin` where the format has mins.
+    pub fn super_entries(&self) -> usize {
+        1 + usize::from(self.dmin_at.is_some())
     }
 
     /// [`IntSubScales::pair`] gives i8 scales ([`SubScaleKind::Signed`],

@@ -235,15 +235,17 @@ impl I8Layout {
 
     /// The same geometry with the format's integer sub-scales kept as
     /// they are, where it has them and `on`
-    /// ([`crate::format::row::IntSubScales`]): per column and block two
-    /// entries, the block's two sub-scale bytes (Q2_K: each 16-value
-    /// half's scale and min nibbles; Q6_K: each half's i8 scale; Q3_K:
-    /// each half's 6-bit scale as the i8 `sc - 32`; Q4_K /
-    /// Q5_K: the 6-bit scale code, then the min code), then one f16 holding
-    /// the super-block's `d` in its first block, `-dmin` (signed: `-d`) in
-    /// its second and 0 in the others (the
-    /// K-quants' super-block is the kernels' activation scale group, so a
-    /// kernel finds both through the group's first block).
+    /// ([`crate::format::row::IntSubScales`]). Per tile and super-block
+    /// (the K-quants' 256 values, the kernels' activation scale group) the
+    /// stream holds a header, the tile's f16 `d`s and, with mins, its
+    /// `-dmin`s (`TW` entries each), then per 32-value block one entry per
+    /// column: the block's two sub-scale bytes (Q2_K: each 16-value half's
+    /// scale and min nibbles; Q6_K: each half's i8 scale; Q3_K: each
+    /// half's 6-bit scale as the i8 `sc - 32`; Q4_K / Q5_K: the 6-bit scale
+    /// code, then the min code). So a Q4_K column takes 4.625 bits per
+    /// weight (4 + 8 x 16 / 256 + 2 x 16 / 256), Q2_K and Q6_K exactly
+    /// their file's 2.625 and 6.5625. (An f16 in every block, non-zero in
+    /// two of eight, cost 0.375 bits per weight more.)
     pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
         self.int_scales = on && self.int_repack().is_some();
         // The kernels read `d` and `-dmin` through a group's first block:
@@ -308,13 +310,33 @@ impl I8Layout {
     }
 
     /// u16 entries of the scale stream per column and block: its f16
-    /// scales, then as many mins where the format has mins (2 with
-    /// integer sub-scales).
+    /// scales, then as many mins where the format has mins; with integer
+    /// sub-scales 1, the sub-scale bytes, besides each super-block's
+    /// header ([`I8Layout::int_sub_scales`]).
     pub fn scale_entries(&self) -> usize {
         if self.int_scales {
-            return 2;
+            return 1;
         }
         self.format.format().int8.map_or(1, |r| r.scale_entries())
+    }
+
+    /// With integer sub-scales, blocks per super-block and f16 header
+    /// entries per column and super-block.
+    fn int_groups(&self) -> Option<(usize, usize)> {
+        let r = self.format.format().int8?;
+        let int = r.int_sub_scales.filter(|_| self.int_scales)?;
+        Some((r.act_group, int.super_entries()))
+    }
+
+    /// Index in the scale stream of the entries `column_blocks` column
+    /// blocks in, at a tile's first block or a super-block's (with
+    /// integer sub-scales, a whole number of super-blocks: what
+    /// [`I8Layout::int_sub_scales`] asserts K and its blocks are).
+    pub fn scale_index(&self, column_blocks: usize) -> usize {
+        match self.int_groups() {
+            Some((g, h)) => column_blocks / g * (g + h),
+            None => column_blocks * self.scale_entries(),
+        }
     }
 
     /// 32-value blocks along the padded K.
@@ -347,7 +369,10 @@ impl I8Layout {
     /// kernel over any range of a tile's blocks in one call.
     pub fn tile_offset(&self, panel: usize, tile: usize) -> (usize, usize) {
         let cols_before = (panel * self.t_b + tile * self.tile_width()) * self.blocks();
-        (cols_before * self.block_bytes(), cols_before)
+        (
+            cols_before * self.block_bytes(),
+            self.scale_index(cols_before),
+        )
     }
 
     /// Repacks blocks of the format's GGUF type (`src.k == self.k`,
@@ -394,13 +419,13 @@ impl I8Layout {
         assert_eq!((src.dtype, src.k, src.n), (want, self.k, self.n));
         let mut w = AlignedWords::zeroed(self.bytes().div_ceil(4));
         // Padding columns keep scale 0, so whatever their levels they add 0.
-        let mut sc = vec![0u16; self.n_pad * self.blocks() * self.scale_entries()];
+        let mut sc = vec![0u16; self.scale_index(self.n_pad * self.blocks())];
         let panels = self.panels();
         let parts = threads.clamp(1, panels);
         // Start of panel p in words and in scales.
         let cols = |p: usize| (p * self.t_b).min(self.n_pad) * self.blocks();
         let word_at = |p: usize| cols(p) * self.block_bytes() / 4;
-        let scale_at = |p: usize| cols(p) * self.scale_entries();
+        let scale_at = |p: usize| self.scale_index(cols(p));
         let fill = self.filler();
         // The lowest part whose blocks failed: a part above it stops, as
         // its error would not be the one reported.
@@ -523,6 +548,7 @@ impl I8Layout {
         let row_bytes = src_blocks * block_bytes;
         let direct = PATH == DIRECT;
         let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
+        debug_assert!(PATH != INT || repack.act_group == subs);
         let int_scales = (PATH == INT).then(|| self.int_repack()).flatten();
         let via_f32 = PATH == F32;
         debug_assert_eq!(PATH, self.scale_path() as u8);
@@ -572,8 +598,9 @@ impl I8Layout {
         // portable one per value.
         let mut panel_sc: Vec<f32> = Vec::new();
         for panel in panels {
-            let s0 = (panel * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
-            let s1 = ((panel + 1) * self.t_b).min(self.n_pad) * self.blocks() * s_n - base.1;
+            let s0 = self.scale_index((panel * self.t_b).min(self.n_pad) * self.blocks()) - base.1;
+            let s1 =
+                self.scale_index(((panel + 1) * self.t_b).min(self.n_pad) * self.blocks()) - base.1;
             if via_f32 {
                 panel_sc.clear();
                 panel_sc.resize(s1 - s0, 0.0);
@@ -591,7 +618,7 @@ impl I8Layout {
                     }
                 }
                 let (off, soff) = self.tile_offset(panel, tile);
-                let (off, soff) = (off / 4 - base.0, soff * s_n - base.1);
+                let (off, soff) = (off / 4 - base.0, soff - base.1);
                 // Column by column, each column's blocks along K: the
                 // column's source row is read front to back (and a tile's
                 // rows are adjacent in the file), so reads stream; the
@@ -608,7 +635,19 @@ impl I8Layout {
                         .chunks_exact_mut(tile_words)
                         .enumerate()
                     {
-                        let at_sc = soff + b * s_n * tw;
+                        // The block's entries; with integer sub-scales
+                        // after its super-block's header (`sb` is the
+                        // super-block, `sub` the block in it).
+                        let (at_sc, head) = match int_scales {
+                            Some(int) => {
+                                let (h, head) = (
+                                    int.super_entries(),
+                                    soff + sb * (subs + int.super_entries()) * tw,
+                                );
+                                (head + (h + sub) * tw, head)
+                            }
+                            None => (soff + b * s_n * tw, 0),
+                        };
                         let mut col_words = zero;
                         // Blocks past K are padding too.
                         if let Some(block) = row
@@ -620,13 +659,14 @@ impl I8Layout {
                                 block_chunks(BITS, self.group_bytes, &block[2..], &mut col_words);
                             } else if let Some(int) = int_scales {
                                 sc[at_sc + col] = u16::from_le_bytes(int.pair(block, sub));
-                                // The super-block's d and dmin go with its
-                                // first two sub-blocks only: read them there.
-                                sc[at_sc + tw + col] = match sub {
-                                    0 => int.supers(block)[0],
-                                    1 => int.supers(block)[1] ^ 0x8000,
-                                    _ => 0,
-                                };
+                                // The super-block's header, once.
+                                if sub == 0 {
+                                    let [d, dmin] = int.supers(block);
+                                    sc[head + col] = d;
+                                    if int.super_entries() == 2 {
+                                        sc[head + tw + col] = dmin ^ 0x8000;
+                                    }
+                                }
                                 chunks(block, sub, &mut col_words);
                             } else {
                                 let tile_sc = &mut panel_sc[at_sc - s0..][..s_n * tw];
@@ -1463,38 +1503,43 @@ mod tests {
             let f16 = I8Layout::new(t, lanes, t_u, 256, tw, k, n);
             let l = f16.int_sub_scales(true);
             assert!(l.int_scales && !f16.int_scales, "{t}");
-            assert_eq!(l.scale_entries(), 2, "{t}");
+            assert_eq!(l.scale_entries(), 1, "{t}");
             let (p, pf) = (l.repack(&w), f16.repack(&w));
             assert_eq!(
                 p.w.as_bytes(),
                 pf.w.as_bytes(),
                 "{t}: levels as in the f16 layout"
             );
-            assert_eq!(p.sc.len(), l.n_pad * l.blocks() * 2);
+            // Per super-block and column: the header (`d`, and `-dmin`
+            // with mins), then one entry per 32-value block.
+            let h = if t == GgmlType::Q3_K { 1 } else { 2 };
+            let supers = l.blocks() / 8;
+            assert_eq!(p.sc.len(), l.n_pad * supers * (8 + h), "{t}");
             for j in 0..l.n_pad {
                 let (panel, col) = (j / tw, j % tw);
-                for b in 0..l.blocks() {
-                    let (_, soff) = l.tile_offset(panel, 0);
-                    let at = soff * 2 + b * 2 * tw + col;
-                    let (e0, e1) = (p.sc[at], p.sc[at + tw]);
-                    if j >= n {
-                        assert_eq!((e0, e1), (0, 0), "{t}: padding col {j}");
-                        continue;
-                    }
-                    let blk = w.block(j, b / 8);
-                    let sub = b % 8;
-                    assert_eq!(
-                        e0,
-                        u16::from_le_bytes(entry0(blk, sub)),
-                        "{t} col {j} block {b}"
-                    );
-                    let d = |o: usize| u16::from_le_bytes([blk[o], blk[o + 1]]);
-                    let want = match sub {
-                        0 => d(d_at),
-                        1 => d(dmin_at) ^ 0x8000,
-                        _ => 0,
+                let (_, soff) = l.tile_offset(panel, 0);
+                assert_eq!(soff, panel * tw * supers * (8 + h), "{t}");
+                for sb in 0..supers {
+                    let head = soff + sb * (8 + h) * tw;
+                    let d = |o: usize| {
+                        let blk = w.block(j, sb);
+                        u16::from_le_bytes([blk[o], blk[o + 1]])
                     };
-                    assert_eq!(e1, want, "{t} col {j} block {b}");
+                    let want = if j < n { d(d_at) } else { 0 };
+                    assert_eq!(p.sc[head + col], want, "{t} col {j} super-block {sb}: d");
+                    if h == 2 {
+                        let want = if j < n { d(dmin_at) ^ 0x8000 } else { 0 };
+                        assert_eq!(p.sc[head + tw + col], want, "{t} col {j} {sb}: -dmin");
+                    }
+                    for sub in 0..8 {
+                        let e0 = p.sc[head + (h + sub) * tw + col];
+                        let want = if j < n {
+                            u16::from_le_bytes(entry0(w.block(j, sb), sub))
+                        } else {
+                            0
+                        };
+                        assert_eq!(e0, want, "{t} col {j} super-block {sb} block {sub}");
+                    }
                 }
             }
         }
@@ -1515,7 +1560,7 @@ mod tests {
             for b in 0..l.blocks() {
                 let (_, soff) = l.tile_offset(panel, tile);
                 let blk = w.block(j, b / 8);
-                let at = soff * 2 + b * 2 * tw + col;
+                let at = soff + (b / 8 * 10 + 2 + b % 8) * tw + col;
                 let sub = b % 8;
                 assert_eq!(
                     one.sc[at],

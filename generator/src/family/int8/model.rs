@@ -375,10 +375,9 @@ impl Roofline {
 
 /// Bytes of one column's 32-value block in the layout: its levels and its
 /// scale stream (f16 scales, and the mins where the format has them; or
-/// integer sub-scales and the super-block's f16s).
+/// integer sub-scales and a share of the super-block's f16s).
 fn block_bytes(spec: &I8Spec, isa: &I8Isa) -> f64 {
-    4.0 * spec.bits() as f64
-        + 2.0 * crate::family::int8::emit::micro::scale_entries(spec, isa) as f64
+    4.0 * spec.bits() as f64 + 2.0 * crate::family::int8::emit::micro::stream_entries(spec, isa)
 }
 
 /// The row groups a driver runs `m` rows in with micro kernels of up to

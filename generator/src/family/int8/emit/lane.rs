@@ -5,7 +5,7 @@ use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
     index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split, packed_halves,
-    scratch_levels, six_bit_level, GroupFold,
+    scratch_levels, six_bit_level, super_entries, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -735,14 +735,18 @@ fn part_scales(p: &MicroSpec, form: IntSubScales, h: usize) -> TokenStream {
 /// (the activation scale group) zeroed i32 sums `sa` (levels times scale
 /// levels, and for signed scales the offset's share) and, for min
 /// nibbles, `sm` (min levels times activation sums), then `y += dx (d sa
-/// - dmin sm)`, with `d` and `-dmin` read from entry 1 of the group's
-/// first and second blocks (`sg`).
+/// - dmin sm)`, with `d` and `-dmin` read from the group's header (`sg`,
+/// `TW` entries each), which `sc` steps past at the group's open.
 fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let tw = p.tile.t_u * l;
     let mins = p.spec.mins();
     let packed = packed_halves(&p.spec, isa);
-    let (mut open, mut close) = (quote! { let xg = xd; let sg = sc; }, TokenStream::new());
+    let head = lit(tw * super_entries(&p.spec, isa).expect("integer sub-scales"));
+    let (mut open, mut close) = (
+        quote! { let xg = xd; let sg = sc; sc = sc.add(#head); },
+        TokenStream::new(),
+    );
     let late_mins = late_mins(&p.spec, isa);
     if late_mins {
         open.extend(quote! { let xcg = xc; });
@@ -756,8 +760,8 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
             open.extend(quote! { let mut #cv = ops::zero_i(); });
             close.extend(quote! { let #cb = ops::unbias(#cv); });
         }
-        // Entry 1 of block 0, and of block 1 (a block is 2 TW entries).
-        let (d_at, m_at) = (lit(tw + t * l), lit(3 * tw + t * l));
+        // The header: TW `d`s, then TW `-dmin`s.
+        let (d_at, m_at) = (lit(t * l), lit(tw + t * l));
         close.extend(quote! { let #dw = ops::scales(sg.add(#d_at)); });
         if mins {
             close.extend(quote! { let #mw = ops::scales(sg.add(#m_at)); });
@@ -837,8 +841,15 @@ fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
         "{}: min pairs need whole super-blocks of an even number of blocks, one sum each",
         p.spec.format_tag()
     );
-    // A block is 2 TW entries of the scale stream.
-    let stride = 2 * p.tile.t_u * l;
+    // The blocks' entries follow the group's header (`d`, `-dmin`), TW
+    // per block.
+    let stride = p.tile.t_u * l;
+    let head = stride
+        * p.spec
+            .format
+            .int8
+            .and_then(|r| r.int_sub_scales)
+            .map_or(0, |f| f.super_entries());
     let mut out = TokenStream::new();
     for r in 0..rows {
         for t in 0..t_sub {
@@ -850,8 +861,8 @@ fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
         for t in 0..t_sub {
             let mv = format_ident!("mv_{}", t);
             let (a, b) = (
-                lit(2 * j * stride + t * l),
-                lit((2 * j + 1) * stride + t * l),
+                lit(head + 2 * j * stride + t * l),
+                lit(head + (2 * j + 1) * stride + t * l),
             );
             out.extend(quote! { let #mv = ops::min_pair(sg.add(#a), sg.add(#b)); });
         }
@@ -1652,13 +1663,16 @@ mod tests {
             // Only the close converts: d and -dmin of each column group.
             assert_eq!(n("ops :: scales"), 2 * t_sub);
             let tw = t_u * AVX2.lanes;
+            // The group's header: TW `d`s, then TW `-dmin`s, which `sc`
+            // steps past at the open.
             for t in 0..t_sub {
-                let d = format!("sg . add ({})", tw + t * AVX2.lanes);
-                let m = format!("sg . add ({})", 3 * tw + t * AVX2.lanes);
+                let d = format!("sg . add ({})", t * AVX2.lanes);
+                let m = format!("sg . add ({})", tw + t * AVX2.lanes);
                 assert!(k.contains(&d) && k.contains(&m), "{d} {m}");
             }
-            // Two entries per column and block.
-            assert!(k.contains(&format!("sc = sc . add ({})", 2 * tw)));
+            assert!(k.contains(&format!("let sg = sc ; sc = sc . add ({})", 2 * tw)));
+            // Then one entry per column and block.
+            assert!(k.contains(&format!("sc = sc . add ({})", tw)));
         });
         for isa in [&AVXVNNI, &DOTPROD] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, "q2_k").expect("format");
@@ -1730,8 +1744,8 @@ mod tests {
                     for t in 0..t_sub {
                         let at = format!(
                             "ops :: min_pair (sg . add ({}) , sg . add ({}))",
-                            2 * j * 2 * tw + t * AVX2.lanes,
-                            (2 * j + 1) * 2 * tw + t * AVX2.lanes
+                            (2 + 2 * j) * tw + t * AVX2.lanes,
+                            (3 + 2 * j) * tw + t * AVX2.lanes
                         );
                         assert!(close.contains(&at), "{what}: {at}");
                     }

@@ -276,13 +276,28 @@ fn prefetch_lines(p: &MicroSpec, isa: &I8Isa, block_bytes: usize) -> TokenStream
 
 /// f16 entries per column and block in the scale stream: the scales (one
 /// per 32 or per 16 values), then as many mins where the format has mins,
-/// each as `TW` entries of the tile; 2 where the kernels keep integer
-/// sub-scales (the sub-scale bytes, then the super-block's f16s).
+/// each as `TW` entries of the tile; 1 where the kernels keep integer
+/// sub-scales (the sub-scale bytes), besides each super-block's header
+/// ([`super_entries`]).
 pub(crate) fn scale_entries(spec: &I8Spec, isa: &I8Isa) -> usize {
     if int_scales(spec, isa) {
-        return 2;
+        return 1;
     }
     spec.format.int8.map_or(1, |r| r.scale_entries())
+}
+
+/// Where the kernels keep integer sub-scales: the f16 entries per column
+/// of a super-block's header ahead of its blocks' entries (`d`, and
+/// `-dmin` with mins; `crate::layout::int8::I8Layout::int_sub_scales`).
+pub(crate) fn super_entries(spec: &I8Spec, isa: &I8Isa) -> Option<usize> {
+    int_scale_form(spec, isa).map(|f| f.super_entries())
+}
+
+/// Scale stream entries per column and 32-value block, the headers'
+/// share included (what a GEMV reads per block).
+pub(crate) fn stream_entries(spec: &I8Spec, isa: &I8Isa) -> f64 {
+    let h = super_entries(spec, isa).map_or(0.0, |h| h as f64 / spec.act_group() as f64);
+    scale_entries(spec, isa) as f64 + h
 }
 
 /// The per-row factors of the min term, after `dx` (the row's activation

@@ -497,9 +497,15 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
         lit(p.tile.t_sub * p.lanes * isa.group_bytes),
     );
     let m_r = lit(p.tile.m_r);
-    // With mins each column and block has a scale and a min.
+    // With mins each column and block has a scale and a min; with integer
+    // sub-scales each super-block (`base` counts whole ones) a header too.
     let entries = crate::family::int8::emit::micro::scale_entries(&p.spec, isa);
-    let scale_base = if entries > 1 {
+    let scale_base = if let Some(h) = crate::family::int8::emit::micro::super_entries(&p.spec, isa)
+    {
+        let g = p.spec.act_group();
+        let (g, gh) = (lit(g), lit(g + h));
+        quote! { base / #g * #gh }
+    } else if entries > 1 {
         let e = lit(entries);
         quote! { base * #e }
     } else {
