@@ -351,6 +351,7 @@ fn write_scratch_i8(dir: &Path, target: &TargetDesc, plans: &[I8Plan]) -> Result
                         group_bytes: k::GROUP_BYTES,
                         signed: k::SIGNED,
                         int_scales: k::INT_SCALES,
+                        group_scales: k::GROUP_SCALES,
                         row_pairs: k::ROW_PAIRS,
                         detect: #detect,
                         run: k::run,

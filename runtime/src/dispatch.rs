@@ -366,6 +366,7 @@ mod tests {
                 group_bytes: 4,
                 signed: false,
                 int_scales: false,
+                group_scales: false,
                 row_pairs: false,
                 run: i8_run,
             }),

@@ -70,6 +70,9 @@ pub struct Int8Params {
     /// (`I8Layout::int_sub_scales`: Q2_K on AVX2 and AVX-512 VNNI; Q3_K,
     /// Q4_K, Q5_K and Q6_K on AVX2).
     pub int_scales: bool,
+    /// The scale stream holds the format's one scale per super-block once
+    /// (`I8Layout::group_scales`: TQ1_0 and TQ2_0 on the lane ISAs).
+    pub group_scales: bool,
     /// Reads activation rows interleaved in pairs (`ActFormat::row_pairs`).
     pub row_pairs: bool,
     pub run: Int8RunFn,
@@ -183,8 +186,8 @@ impl KernelEntry {
             && match (&self.params, &other.params) {
                 (FamilyParams::F32(a), FamilyParams::F32(b)) => a.group == b.group,
                 (FamilyParams::Int8(a), FamilyParams::Int8(b)) => {
-                    (a.group_bytes, a.signed, a.int_scales)
-                        == (b.group_bytes, b.signed, b.int_scales)
+                    (a.group_bytes, a.signed, a.int_scales, a.group_scales)
+                        == (b.group_bytes, b.signed, b.int_scales, b.group_scales)
                 }
                 _ => false,
             }

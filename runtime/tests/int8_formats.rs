@@ -495,3 +495,75 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
         three.len()
     );
 }
+
+/// The scale stream by super-blocks: the K-quants' integer sub-scales on
+/// AVX2 and AVX-512 VNNI keep `d` (and `-dmin`) once per column and
+/// super-block and one 2-byte entry per block; TQ1_0's and TQ2_0's one
+/// scale per super-block is held once on the lane ISAs. A packed matrix
+/// then takes exactly those bytes, and matches the oracle.
+#[test]
+fn super_block_scales_pack_once_per_super_block() {
+    let reg = Registry::builtin();
+    let lane = ["avx2", "avxvnni", "avx512vnni", "dotprod", "portable"];
+    let mut ran = (0, 0);
+    for t in formats().into_iter().filter(|t| t.format().block == 256) {
+        let row = t.format().int8.expect("an int8 format");
+        let (k, n) = (768, 40);
+        let w = common::raw_blocks(t, k, n, 21);
+        let gemms = reg.runnable(WeightFormat::Ggml(t), Op::Gemm);
+        for gemv in reg.runnable(WeightFormat::Ggml(t), Op::Gemv) {
+            let kgen_runtime::FamilyParams::Int8(p) = gemv.params else {
+                panic!("{} is an int8 kernel", gemv.name)
+            };
+            let what = format!("{t} {}", gemv.name);
+            assert_eq!(
+                p.group_scales,
+                row.group_scale && lane.contains(&gemv.isa),
+                "{what}"
+            );
+            assert_eq!(
+                p.int_scales,
+                row.int_sub_scales.is_some()
+                    && ["avx2", "avx512vnni"].contains(&gemv.isa)
+                    && (gemv.isa != "avx512vnni" || t == GgmlType::Q2_K),
+                "{what}"
+            );
+            // Bytes per column and super-block: 8 blocks of levels, then
+            // the scale stream.
+            let scale_bytes = if p.int_scales {
+                2 * (8 + row.int_sub_scales.unwrap().super_entries())
+            } else if p.group_scales {
+                2
+            } else {
+                2 * 8 * row.scale_entries()
+            };
+            let gemm = gemms
+                .iter()
+                .find(|g| g.isa == gemv.isa && g.same_layout(&gemv))
+                .expect("a GEMM on the GEMV's layout");
+            let qm = Matrix::from_ggml_kernels(&w, gemv, *gemm).unwrap();
+            let n_pad = n.next_multiple_of(gemv.lanes * gemv.t_u);
+            assert_eq!(
+                qm.weight_bytes(),
+                n_pad * (k / 256) * (8 * 4 * gemv.bits as usize + scale_bytes),
+                "{what}"
+            );
+            let m = 3;
+            let x = Rng::new(6).vec_f32(m * k);
+            let mut y = vec![f32::NAN; m * n];
+            qm.gemm(&x, m, &mut y).unwrap();
+            common::check_kernels(&qm, &w, &x, k, m, &y);
+            ran.0 += usize::from(p.int_scales);
+            ran.1 += usize::from(p.group_scales);
+        }
+    }
+    // Portable kernels run everywhere: TQ's group scales, where built.
+    let tq = formats()
+        .iter()
+        .any(|t| t.format().int8.is_some_and(|r| r.group_scale));
+    assert!(ran.1 > 0 || !tq, "no kernel pair held group scales");
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && formats().contains(&GgmlType::Q4_K) {
+        assert!(ran.0 > 0, "no kernel pair kept integer sub-scales");
+    }
+}

@@ -59,6 +59,7 @@ pub struct Cand {
     pub group_bytes: usize,
     pub signed: bool,
     pub int_scales: bool,
+    pub group_scales: bool,
     pub row_pairs: bool,
     pub detect: fn() -> bool,
     pub run: RunFn,
@@ -84,6 +85,7 @@ fn layout(c: &Cand, k: usize, n: usize) -> I8Layout {
         .read_at(c.bits)
         .grouped(c.group_bytes, c.signed)
         .int_sub_scales(c.int_scales)
+        .group_scales(c.group_scales)
 }
 
 /// Activations as `c`'s kernel reads them (`plain`: row by row, unscaled,

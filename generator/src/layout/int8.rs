@@ -131,6 +131,9 @@ pub struct I8Layout {
     /// The scale stream holds the format's integer sub-scales and its f16
     /// super-block scales ([`I8Layout::int_sub_scales`]).
     pub int_scales: bool,
+    /// The format has one scale per super-block (TQ1_0, TQ2_0) and the
+    /// stream holds it once, not per block ([`I8Layout::group_scales`]).
+    pub group_scales: bool,
     /// K block, values (multiple of 32).
     pub m_b: usize,
     /// Panel width, columns (multiple of `lanes * t_u`).
@@ -179,6 +182,7 @@ impl I8Layout {
             group_bytes: 4,
             signed: false,
             int_scales: false,
+            group_scales: false,
             m_b,
             t_b,
             k,
@@ -259,6 +263,25 @@ impl I8Layout {
         self
     }
 
+    /// The same geometry with a format's one scale per super-block (its
+    /// row's `group_scale`: TQ1_0's and TQ2_0's `d` per 256 values) held
+    /// once per column and super-block, where `on`: per tile and
+    /// super-block the tile's `TW` f16 scales, and nothing per block. The
+    /// kernels that sum a super-block's integer dots and scale them once
+    /// read it at the group's close. So TQ2_0 repacks at its file's 2.06
+    /// bits per weight (2.5 with a scale per 32 values).
+    pub fn group_scales(mut self, on: bool) -> I8Layout {
+        let r = self.int8_row();
+        self.group_scales = on && r.group_scale && r.act_group > 1;
+        let group = QK * r.act_group;
+        assert!(
+            !self.group_scales
+                || (self.m_b.is_multiple_of(group) && self.k_pad.is_multiple_of(group)),
+            "one scale per super-block needs K and its blocks in whole {group}-value super-blocks"
+        );
+        self
+    }
+
     fn int_repack(&self) -> Option<crate::format::row::IntSubScales> {
         self.format.format().int8.and_then(|r| r.int_sub_scales)
     }
@@ -311,31 +334,40 @@ impl I8Layout {
 
     /// u16 entries of the scale stream per column and block: its f16
     /// scales, then as many mins where the format has mins; with integer
-    /// sub-scales 1, the sub-scale bytes, besides each super-block's
-    /// header ([`I8Layout::int_sub_scales`]).
+    /// sub-scales 1, the sub-scale bytes, and with group scales 0, besides
+    /// each super-block's header ([`I8Layout::super_groups`]).
     pub fn scale_entries(&self) -> usize {
         if self.int_scales {
             return 1;
         }
+        if self.group_scales {
+            return 0;
+        }
         self.format.format().int8.map_or(1, |r| r.scale_entries())
     }
 
-    /// With integer sub-scales, blocks per super-block and f16 header
-    /// entries per column and super-block.
-    fn int_groups(&self) -> Option<(usize, usize)> {
+    /// Where the stream goes by super-blocks ([`I8Layout::int_sub_scales`],
+    /// [`I8Layout::group_scales`]): blocks per super-block, and f16 header
+    /// entries per column and super-block ahead of the blocks' entries.
+    pub fn super_groups(&self) -> Option<(usize, usize)> {
         let r = self.format.format().int8?;
+        if self.group_scales {
+            return Some((r.act_group, 1));
+        }
         let int = r.int_sub_scales.filter(|_| self.int_scales)?;
         Some((r.act_group, int.super_entries()))
     }
 
     /// Index in the scale stream of the entries `column_blocks` column
-    /// blocks in, at a tile's first block or a super-block's (with
-    /// integer sub-scales, a whole number of super-blocks: what
-    /// [`I8Layout::int_sub_scales`] asserts K and its blocks are).
+    /// blocks in, at a tile's first block or a super-block's (by
+    /// super-blocks, a whole number of them: what
+    /// [`I8Layout::int_sub_scales`] and [`I8Layout::group_scales`] assert
+    /// K and its blocks are).
     pub fn scale_index(&self, column_blocks: usize) -> usize {
-        match self.int_groups() {
-            Some((g, h)) => column_blocks / g * (g + h),
-            None => column_blocks * self.scale_entries(),
+        let e = self.scale_entries();
+        match self.super_groups() {
+            Some((g, h)) => column_blocks / g * (g * e + h),
+            None => column_blocks * e,
         }
     }
 
@@ -548,7 +580,8 @@ impl I8Layout {
         let row_bytes = src_blocks * block_bytes;
         let direct = PATH == DIRECT;
         let (s_n, spb) = (self.scale_entries(), repack.scales_per_block);
-        debug_assert!(PATH != INT || repack.act_group == subs);
+        let groups = self.super_groups();
+        debug_assert!(groups.is_none() || repack.act_group == subs);
         let int_scales = (PATH == INT).then(|| self.int_repack()).flatten();
         let via_f32 = PATH == F32;
         debug_assert_eq!(PATH, self.scale_path() as u8);
@@ -635,16 +668,13 @@ impl I8Layout {
                         .chunks_exact_mut(tile_words)
                         .enumerate()
                     {
-                        // The block's entries; with integer sub-scales
-                        // after its super-block's header (`sb` is the
-                        // super-block, `sub` the block in it).
-                        let (at_sc, head) = match int_scales {
-                            Some(int) => {
-                                let (h, head) = (
-                                    int.super_entries(),
-                                    soff + sb * (subs + int.super_entries()) * tw,
-                                );
-                                (head + (h + sub) * tw, head)
+                        // The block's entries; by super-blocks after its
+                        // super-block's header (`sb` is the super-block,
+                        // `sub` the block in it).
+                        let (at_sc, head) = match groups {
+                            Some((_, h)) => {
+                                let head = soff + sb * (subs * s_n + h) * tw;
+                                (head + (h + sub * s_n) * tw, head)
                             }
                             None => (soff + b * s_n * tw, 0),
                         };
@@ -666,6 +696,12 @@ impl I8Layout {
                                     if int.super_entries() == 2 {
                                         sc[head + tw + col] = dmin ^ 0x8000;
                                     }
+                                }
+                                chunks(block, sub, &mut col_words);
+                            } else if self.group_scales {
+                                // The super-block's one scale, once.
+                                if sub == 0 {
+                                    panel_sc[head - s0 + col] = (repack.sub_scale)(block, 0).0;
                                 }
                                 chunks(block, sub, &mut col_words);
                             } else {
@@ -1568,6 +1604,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// TQ1_0 / TQ2_0 with group scales: the levels as without, and per
+    /// tile and super-block one header of the tile's `d`s (the file's f16,
+    /// padding columns 0), nothing per block; several panels and tiles,
+    /// on 1 and 3 threads.
+    #[test]
+    fn group_scales_hold_one_scale_per_super_block() {
+        let (k, n) = (768, 70);
+        let (lanes, t_u) = (8, 2);
+        let tw = lanes * t_u;
+        for t in [GgmlType::TQ2_0, GgmlType::TQ1_0] {
+            let w = GgmlMatrix::quantize(&Rng::new(19).vec_f32(k * n), k, n, t);
+            let per_block = I8Layout::new(t, lanes, t_u, 256, 2 * tw, k, n);
+            let l = per_block.group_scales(true);
+            assert!(l.group_scales && !per_block.group_scales, "{t}");
+            assert_eq!((l.scale_entries(), l.super_groups()), (0, Some((8, 1))));
+            let (p, pb) = (l.repack(&w), per_block.repack(&w));
+            assert_eq!(p.w.as_bytes(), pb.w.as_bytes(), "{t}: the same levels");
+            let supers = l.blocks() / 8;
+            assert_eq!(p.sc.len(), l.n_pad * supers, "{t}");
+            let three = l.repack_threads(&w, 3);
+            assert_eq!(p.sc, three.sc, "{t}: 3 threads");
+            for j in 0..l.n_pad {
+                let (panel, tile, col) = (j / (2 * tw), j % (2 * tw) / tw, j % tw);
+                let (_, soff) = l.tile_offset(panel, tile);
+                for sb in 0..supers {
+                    let want = if j < n {
+                        let blk = w.block(j, sb);
+                        let at = blk.len() - 2;
+                        u16::from_le_bytes([blk[at], blk[at + 1]])
+                    } else {
+                        0
+                    };
+                    assert_eq!(p.sc[soff + sb * tw + col], want, "{t} col {j} {sb}");
+                }
+            }
+            // Per block, as before, where the kernels do not take it.
+            assert_eq!(pb.sc.len(), l.n_pad * l.blocks(), "{t}");
+        }
+        // Other formats have no group scale to hold once.
+        let q4 = I8Layout::new(GgmlType::Q4_K, lanes, t_u, 256, tw, k, 16).group_scales(true);
+        assert!(!q4.group_scales && q4.super_groups().is_none());
     }
 
     #[test]

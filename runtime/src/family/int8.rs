@@ -110,7 +110,8 @@ impl Int8Matrix {
         let mut layout = I8Layout::new(m.dtype, gemv.lanes, gemv.t_u, gemv.m_b, gemv.t_b, m.k, m.n)
             .read_at(gemv.bits)
             .grouped(gemv_p.group_bytes, gemv_p.signed)
-            .int_sub_scales(gemv_p.int_scales);
+            .int_sub_scales(gemv_p.int_scales)
+            .group_scales(gemv_p.group_scales);
         let t0 = Instant::now();
         let packed = layout.repack_checked(m, pool::side_threads())?;
         let repack_seconds = t0.elapsed().as_secs_f64();

@@ -203,6 +203,7 @@ impl Family for Int8 {
                 group_bytes: k::GROUP_BYTES,
                 signed: k::SIGNED,
                 int_scales: k::INT_SCALES,
+                group_scales: k::GROUP_SCALES,
                 row_pairs: k::ROW_PAIRS,
                 run: k::run,
             })

@@ -4,8 +4,8 @@
 use crate::family::int8::emit::micro::lit;
 use crate::family::int8::emit::micro::MicroSpec;
 use crate::family::int8::emit::micro::{
-    index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split, packed_halves,
-    scratch_levels, six_bit_level, super_entries, GroupFold,
+    group_int, index_level, int_scale_form, micro_fn, min_factors, min_term, nibble_split,
+    packed_halves, scratch_levels, six_bit_level, super_entries, GroupFold,
 };
 use crate::family::int8::isa::I8Isa;
 use crate::family::int8::spec::I8Spec;
@@ -135,13 +135,6 @@ fn zeroed(prefix: &str, rows: usize, t_sub: usize) -> TokenStream {
 
 fn jv(r: usize, t: usize) -> proc_macro2::Ident {
     format_ident!("j_{}_{}", r, t)
-}
-
-/// Kernels of `spec` on `isa` sum each activation group's integer dots
-/// and scale the sum once: a format with one weight scale per group, on
-/// the lane ISAs (this emitter's).
-pub(crate) fn group_int(spec: &I8Spec, isa: &I8Isa) -> bool {
-    spec.act_group() > 1 && spec.group_scale() && crate::family::int8::emit::micro::lane_isa(isa)
 }
 
 pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
@@ -535,9 +528,11 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
     // (`xg`), so no vector register holds them through the group.
     let (mut open, mut close) = (quote! { let xg = xd; }, TokenStream::new());
     if group_int {
-        // The group's scale, read through its first block (`sg`), and its
-        // blocks' activation sums (`xcg`), whose total is the offset term.
-        open.extend(quote! { let sg = sc; let xcg = xc; });
+        // The group's scale, its header (`sg`, `TW` entries, which `sc`
+        // steps past; the blocks have none), and its blocks' activation
+        // sums (`xcg`), whose total is the offset term.
+        let head = lit(t_u * l);
+        open.extend(quote! { let sg = sc; sc = sc.add(#head); let xcg = xc; });
         open.extend(group_zero);
         for t in 0..t_sub {
             let (s, off) = (format_ident!("s_{}", t), lit(t * l));
@@ -1466,6 +1461,12 @@ mod tests {
                         "{what}"
                     );
                     assert_eq!(n("ops :: scales (sg"), t_sub, "{what}");
+                    // The scale is a header per super-block, which the
+                    // group's open steps past; the blocks have none.
+                    let tw = 2 * isa.lanes;
+                    let open = format!("let sg = sc ; sc = sc . add ({tw}) ;");
+                    assert!(k.contains(&open), "{what}: {open}");
+                    assert_eq!(n("sc = sc . add"), 1, "{what}");
                     assert_eq!(n("ops :: cvti"), rows * t_sub, "{what}");
                     assert_eq!(n("ops :: fmaf"), rows * t_sub, "{what}");
                     assert_eq!(n("ops :: subi"), rows * t_sub, "{what}");

@@ -173,10 +173,15 @@ pub(crate) fn micro_fn(
     // A block of the tile: 4 bits bytes per column (8 bits on a scratch of
     // levels, `walked_bits`).
     let block_bytes = 4 * walked_bits(&p.spec, isa) * p.tile.t_u * p.lanes;
-    let (wstep, sstep) = (
-        lit(block_bytes),
-        lit(p.tile.t_u * p.lanes * scale_entries(&p.spec, isa)),
-    );
+    let wstep = lit(block_bytes);
+    // Layouts with one scale per super-block have no entries per block.
+    let sstep = match p.tile.t_u * p.lanes * scale_entries(&p.spec, isa) {
+        0 => TokenStream::new(),
+        s => {
+            let s = lit(s);
+            quote! { sc = sc.add(#s); }
+        }
+    };
     let (x_step, d_step) = (lit(x_step), lit(d_step));
     // One activation sum per block, or one per half for per-16 scales.
     let c_step = lit(p.spec.sums_per_block());
@@ -198,7 +203,7 @@ pub(crate) fn micro_fn(
                 #body
                 w = w.add(#wstep);
                 #wh_step
-                sc = sc.add(#sstep);
+                #sstep
                 xq = xq.add(#x_step);
                 xd = xd.add(#d_step);
                 xc = xc.add(#c_step);
@@ -274,22 +279,39 @@ fn prefetch_lines(p: &MicroSpec, isa: &I8Isa, block_bytes: usize) -> TokenStream
     quote! { #(#lines)* }
 }
 
+/// Kernels of `spec` on `isa` sum each activation group's integer dots
+/// and scale the sum once: a format with one weight scale per group, on
+/// the lane ISAs (the lane emitter's). Their layout holds that scale once
+/// per super-block (`crate::layout::int8::I8Layout::group_scales`).
+pub(crate) fn group_int(spec: &I8Spec, isa: &I8Isa) -> bool {
+    spec.act_group() > 1 && spec.group_scale() && lane_isa(isa)
+}
+
 /// f16 entries per column and block in the scale stream: the scales (one
 /// per 32 or per 16 values), then as many mins where the format has mins,
 /// each as `TW` entries of the tile; 1 where the kernels keep integer
-/// sub-scales (the sub-scale bytes), besides each super-block's header
+/// sub-scales (the sub-scale bytes) and 0 where they keep one scale per
+/// super-block ([`group_int`]), besides each super-block's header
 /// ([`super_entries`]).
 pub(crate) fn scale_entries(spec: &I8Spec, isa: &I8Isa) -> usize {
     if int_scales(spec, isa) {
         return 1;
     }
+    if group_int(spec, isa) {
+        return 0;
+    }
     spec.format.int8.map_or(1, |r| r.scale_entries())
 }
 
-/// Where the kernels keep integer sub-scales: the f16 entries per column
-/// of a super-block's header ahead of its blocks' entries (`d`, and
-/// `-dmin` with mins; `crate::layout::int8::I8Layout::int_sub_scales`).
+/// Where the scale stream goes by super-blocks, the f16 entries per
+/// column of a super-block's header ahead of its blocks' entries: with
+/// integer sub-scales `d`, and `-dmin` with mins
+/// (`crate::layout::int8::I8Layout::int_sub_scales`); with one scale per
+/// super-block that scale (`I8Layout::group_scales`).
 pub(crate) fn super_entries(spec: &I8Spec, isa: &I8Isa) -> Option<usize> {
+    if group_int(spec, isa) {
+        return Some(1);
+    }
     int_scale_form(spec, isa).map(|f| f.super_entries())
 }
 

@@ -243,6 +243,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
     let row_pairs = isa.mmla && p.tile.m_r > 1;
     let sums_per_block = lit(p.spec.sums_per_block());
     let int_scales = crate::family::int8::emit::micro::int_scales(&p.spec, &isa);
+    let group_scales = crate::family::int8::emit::micro::group_int(&p.spec, &isa);
     let code: Vec<&TokenStream> = micro.iter().chain([&unpack, &driver]).collect();
     let items = crate::emit::keep_used(items, &code);
     let doc = format!(
@@ -287,6 +288,9 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
             /// The scale stream keeps the format's integer sub-scales
             /// (`kgen::int8_layout::I8Layout::int_sub_scales`).
             pub const INT_SCALES: bool = #int_scales;
+            /// The scale stream holds the format's one scale per super-block
+            /// once (`kgen::int8_layout::I8Layout::group_scales`).
+            pub const GROUP_SCALES: bool = #group_scales;
 
             #(#micro)*
 
@@ -360,7 +364,7 @@ pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, Em
             INT_NIBBLE_ITEMS
         });
     }
-    if lane::group_int(spec, isa) {
+    if micro::group_int(spec, isa) {
         need.extend(GROUP_INT_ITEMS);
     }
     if !need.is_empty() {
@@ -503,8 +507,16 @@ fn driver(p: &I8Plan, isa: &I8Isa) -> TokenStream {
     let scale_base = if let Some(h) = crate::family::int8::emit::micro::super_entries(&p.spec, isa)
     {
         let g = p.spec.act_group();
-        let (g, gh) = (lit(g), lit(g + h));
-        quote! { base / #g * #gh }
+        match g * entries + h {
+            1 => {
+                let g = lit(g);
+                quote! { base / #g }
+            }
+            gh => {
+                let (g, gh) = (lit(g), lit(gh));
+                quote! { base / #g * #gh }
+            }
+        }
     } else if entries > 1 {
         let e = lit(entries);
         quote! { base * #e }
