@@ -104,7 +104,9 @@
 //! because calls split at `m_b` measured slower (see the int8 emitter's
 //! `driver`). The f16 scales form a second stream in the same order, `L`
 //! per column group and block, so one vector op converts the scales of `L`
-//! columns.
+//! columns; where the kernels take a super-block's scales once
+//! ([`I8Layout::super_groups`]), the stream holds per tile and super-block
+//! a header of those, then the blocks' entries.
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, GgmlView, QK};
 use crate::format::row::ScaleAt;
@@ -249,11 +251,12 @@ impl I8Layout {
     /// code, then the min code). So a Q4_K column takes 4.625 bits per
     /// weight (4 + 8 x 16 / 256 + 2 x 16 / 256), Q2_K and Q6_K exactly
     /// their file's 2.625 and 6.5625. (An f16 in every block, non-zero in
-    /// two of eight, cost 0.375 bits per weight more.)
+    /// two of eight, cost 0.375 bits per weight more with mins, 0.4375
+    /// without.)
     pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
         self.int_scales = on && self.int_repack().is_some();
-        // The kernels read `d` and `-dmin` through a group's first block:
-        // every K block must start a super-block.
+        // The kernels read `d` and `-dmin` from the group's header, so
+        // every K block (and call) must start a super-block.
         let group = QK * self.format.format().int8.map_or(1, |r| r.act_group);
         assert!(
             !self.int_scales
@@ -322,7 +325,9 @@ impl I8Layout {
 
     /// Whether the format has mins: the scale stream then holds, per tile
     /// and block, the tile's `TW` scales followed by its `TW` mins (each
-    /// `scales_per_block` times: both halves' scales, then both mins).
+    /// `scales_per_block` times: both halves' scales, then both mins), or
+    /// with integer sub-scales its `TW` `-dmin`s in each super-block's
+    /// header.
     pub fn mins(&self) -> bool {
         self.format.format().int8.is_some_and(|r| r.mins)
     }
@@ -398,7 +403,8 @@ impl I8Layout {
     /// index). A panel holds its tiles one after another, each with all of
     /// its blocks along K (block `b` starts `b * tile_width()` columns on),
     /// so the bytes do not depend on `m_b`, and a driver can run a micro
-    /// kernel over any range of a tile's blocks in one call.
+    /// kernel over any range of a tile's blocks in one call (by
+    /// super-blocks, [`I8Layout::super_groups`], a range of whole ones).
     pub fn tile_offset(&self, panel: usize, tile: usize) -> (usize, usize) {
         let cols_before = (panel * self.t_b + tile * self.tile_width()) * self.blocks();
         (
@@ -1523,7 +1529,7 @@ mod tests {
                 .map(|j| crate::format::row::scale_k3(&blk[96..108], j).wrapping_sub(32))
         };
         // Where `d` and `dmin` sit (signed scales: `d` twice).
-        let cases: [(GgmlType, Entry0, usize, usize); 4] = [
+        let cases: [(GgmlType, Entry0, usize, usize); 5] = [
             (
                 GgmlType::Q2_K,
                 |blk, sub| [blk[2 * sub], blk[2 * sub + 1]],
@@ -1533,6 +1539,12 @@ mod tests {
             (GgmlType::Q4_K, k4, 0, 2),
             (GgmlType::Q5_K, k4, 0, 2),
             (GgmlType::Q3_K, k3, 108, 108),
+            (
+                GgmlType::Q6_K,
+                |blk, sub| [blk[192 + 2 * sub], blk[193 + 2 * sub]],
+                208,
+                208,
+            ),
         ];
         for (t, entry0, d_at, dmin_at) in cases {
             let w = GgmlMatrix::quantize(&Rng::new(17).vec_f32(k * n), k, n, t);
@@ -1548,7 +1560,8 @@ mod tests {
             );
             // Per super-block and column: the header (`d`, and `-dmin`
             // with mins), then one entry per 32-value block.
-            let h = if t == GgmlType::Q3_K { 1 } else { 2 };
+            // Signed scales (Q3_K, Q6_K) have no `-dmin`.
+            let h = if d_at == dmin_at { 1 } else { 2 };
             let supers = l.blocks() / 8;
             assert_eq!(p.sc.len(), l.n_pad * supers * (8 + h), "{t}");
             for j in 0..l.n_pad {
@@ -1626,7 +1639,11 @@ mod tests {
             let supers = l.blocks() / 8;
             assert_eq!(p.sc.len(), l.n_pad * supers, "{t}");
             let three = l.repack_threads(&w, 3);
-            assert_eq!(p.sc, three.sc, "{t}: 3 threads");
+            assert_eq!(
+                (&p.sc, p.w.as_bytes()),
+                (&three.sc, three.w.as_bytes()),
+                "{t}: 3 threads"
+            );
             for j in 0..l.n_pad {
                 let (panel, tile, col) = (j / (2 * tw), j % (2 * tw) / tw, j % tw);
                 let (_, soff) = l.tile_offset(panel, tile);

@@ -745,7 +745,7 @@ fn int_scale_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize, body: TokenStream) 
     let late_mins = late_mins(&p.spec, isa);
     if late_mins {
         open.extend(quote! { let xcg = xc; });
-        close.extend(late_min_sums(p, rows));
+        close.extend(late_min_sums(p, isa, rows));
     }
     for t in 0..t_sub {
         let (dw, mw) = (format_ident!("dw_{}", t), format_ident!("mw_{}", t));
@@ -826,7 +826,7 @@ pub(crate) fn late_mins(spec: &I8Spec, isa: &I8Isa) -> bool {
 /// asserts that K and its blocks are whole super-blocks), so every pair is
 /// in range: these kernels never see the shorter last group other
 /// kernels allow.
-fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
+fn late_min_sums(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let (t_sub, l) = (p.tile.t_sub, p.lanes);
     let group = p.spec.act_group();
     assert!(
@@ -839,12 +839,7 @@ fn late_min_sums(p: &MicroSpec, rows: usize) -> TokenStream {
     // The blocks' entries follow the group's header (`d`, `-dmin`), TW
     // per block.
     let stride = p.tile.t_u * l;
-    let head = stride
-        * p.spec
-            .format
-            .int8
-            .and_then(|r| r.int_sub_scales)
-            .map_or(0, |f| f.super_entries());
+    let head = stride * super_entries(&p.spec, isa).expect("integer sub-scales");
     let mut out = TokenStream::new();
     for r in 0..rows {
         for t in 0..t_sub {
