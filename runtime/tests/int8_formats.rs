@@ -463,20 +463,9 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
                 .expect("a GEMM on the GEMV's layout");
             let qm = Matrix::from_ggml_kernels(&w, gemv, *gemm).unwrap();
             let int = common::int_scales_of(qm.gemm_kernel());
-            // Bytes per column and super-block: the levels, and the scale
-            // stream (with integer sub-scales a 2-byte entry per block
-            // after a header, `d` alone for Q3_K's signed scales).
-            let row = t.format().int8.unwrap();
-            let scale_bytes = if int {
-                2 * (8 + row.int_sub_scales.unwrap().super_entries())
-            } else {
-                2 * 8 * row.scale_entries()
-            };
-            // N padded to whole tiles.
-            let n_pad = n.next_multiple_of(gemv.lanes * gemv.t_u);
             assert_eq!(
                 qm.weight_bytes(),
-                n_pad * (k / 256) * (8 * 4 * bits as usize + scale_bytes),
+                packed_bytes(t, &gemv, k, n),
                 "{t} {}",
                 gemv.name
             );
@@ -528,26 +517,12 @@ fn super_block_scales_pack_once_per_super_block() {
                     && (gemv.isa != "avx512vnni" || t == GgmlType::Q2_K),
                 "{what}"
             );
-            // Bytes per column and super-block: 8 blocks of levels, then
-            // the scale stream.
-            let scale_bytes = if p.int_scales {
-                2 * (8 + row.int_sub_scales.unwrap().super_entries())
-            } else if p.group_scales {
-                2
-            } else {
-                2 * 8 * row.scale_entries()
-            };
             let gemm = gemms
                 .iter()
                 .find(|g| g.isa == gemv.isa && g.same_layout(&gemv))
                 .expect("a GEMM on the GEMV's layout");
             let qm = Matrix::from_ggml_kernels(&w, gemv, *gemm).unwrap();
-            let n_pad = n.next_multiple_of(gemv.lanes * gemv.t_u);
-            assert_eq!(
-                qm.weight_bytes(),
-                n_pad * (k / 256) * (8 * 4 * gemv.bits as usize + scale_bytes),
-                "{what}"
-            );
+            assert_eq!(qm.weight_bytes(), packed_bytes(t, &gemv, k, n), "{what}");
             let m = 3;
             let x = Rng::new(6).vec_f32(m * k);
             let mut y = vec![f32::NAN; m * n];
@@ -566,4 +541,26 @@ fn super_block_scales_pack_once_per_super_block() {
     if std::arch::is_x86_feature_detected!("avx2") && formats().contains(&GgmlType::Q4_K) {
         assert!(ran.0 > 0, "no kernel pair kept integer sub-scales");
     }
+}
+
+/// The bytes a `k x n` matrix of the 256-value format `t` packs to on the
+/// layout kernel `e` reads: per column (N padded to whole tiles) and
+/// super-block, 8 blocks of levels at the kernel's bits, then the scale
+/// stream: with integer sub-scales a header (`d`, and `-dmin` with mins)
+/// and a 2-byte entry per block; with group scales the header alone;
+/// otherwise the format's f16 entries per block.
+fn packed_bytes(t: GgmlType, e: &kgen_runtime::KernelEntry, k: usize, n: usize) -> usize {
+    let kgen_runtime::FamilyParams::Int8(p) = e.params else {
+        panic!("{} is an int8 kernel", e.name)
+    };
+    let row = t.format().int8.expect("an int8 format");
+    let scale_bytes = if p.int_scales {
+        2 * (8 + row.int_sub_scales.unwrap().super_entries())
+    } else if p.group_scales {
+        2
+    } else {
+        2 * 8 * row.scale_entries()
+    };
+    let n_pad = n.next_multiple_of(e.lanes * e.t_u);
+    n_pad * (k / 256) * (8 * 4 * e.bits as usize + scale_bytes)
 }

@@ -255,15 +255,21 @@ impl I8Layout {
     /// without.)
     pub fn int_sub_scales(mut self, on: bool) -> I8Layout {
         self.int_scales = on && self.int_repack().is_some();
-        // The kernels read `d` and `-dmin` from the group's header, so
-        // every K block (and call) must start a super-block.
-        let group = QK * self.format.format().int8.map_or(1, |r| r.act_group);
-        assert!(
-            !self.int_scales
-                || (self.m_b.is_multiple_of(group) && self.k_pad.is_multiple_of(group)),
-            "integer sub-scales need K and its blocks in whole {group}-value super-blocks"
-        );
+        if self.int_scales {
+            self.assert_whole_super_blocks("integer sub-scales need");
+        }
         self
+    }
+
+    /// The kernels read a super-block's scales from its header
+    /// ([`I8Layout::super_groups`]), so every K block (and call) must
+    /// start a super-block: K and `m_b` are whole ones.
+    fn assert_whole_super_blocks(&self, what: &str) {
+        let group = QK * self.int8_row().act_group;
+        assert!(
+            self.m_b.is_multiple_of(group) && self.k_pad.is_multiple_of(group),
+            "{what} K and its blocks in whole {group}-value super-blocks"
+        );
     }
 
     /// The same geometry with a format's one scale per super-block (its
@@ -276,12 +282,9 @@ impl I8Layout {
     pub fn group_scales(mut self, on: bool) -> I8Layout {
         let r = self.int8_row();
         self.group_scales = on && r.group_scale && r.act_group > 1;
-        let group = QK * r.act_group;
-        assert!(
-            !self.group_scales
-                || (self.m_b.is_multiple_of(group) && self.k_pad.is_multiple_of(group)),
-            "one scale per super-block needs K and its blocks in whole {group}-value super-blocks"
-        );
+        if self.group_scales {
+            self.assert_whole_super_blocks("one scale per super-block needs");
+        }
         self
     }
 

@@ -531,7 +531,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         // The group's scale, its header (`sg`, `TW` entries, which `sc`
         // steps past; the blocks have none), and its blocks' activation
         // sums (`xcg`), whose total is the offset term.
-        let head = lit(t_u * l);
+        let head = lit(t_u * l * super_entries(&p.spec, isa).expect("a group scale"));
         open.extend(quote! { let sg = sc; sc = sc.add(#head); let xcg = xc; });
         open.extend(group_zero);
         for t in 0..t_sub {
