@@ -12,6 +12,7 @@
 
 use crate::error::Error;
 use kgen::format::ggml::GgmlType;
+use kgen::format::q4_0_g128::G128;
 use kgen::spec::{Group, KernelSpec, Op};
 use std::fmt;
 use std::str::FromStr;
@@ -54,10 +55,11 @@ pub enum WeightFormat {
     /// A GGUF block format of the format table that the int8 family runs
     /// (`q4_0`, `q8_0`, `iq4_nl`, ...), named by its tag.
     Ggml(GgmlType),
-    /// kgen's symmetric groups (`q4_0:128`, `q8_0:64`): Q4_0 / Q8_0 levels
+    /// kgen's symmetric groups (`q4_0:256`, `q8_0:64`): Q4_0 / Q8_0 levels
     /// with one scale per `group` (64, 128 or 256) values along K, stored as
-    /// Q4_0 / Q8_0 blocks that repeat their group's scale. Group 32 is
-    /// exactly Q4_0 / Q8_0.
+    /// blocks that repeat their group's scale: 4-bit groups of 256 as
+    /// `q4_0_g128` blocks, the others as Q4_0 / Q8_0. A group that is the
+    /// storage's own block (32; 4-bit 128) is that format itself.
     Symmetric { bits: u32, group: usize },
 }
 
@@ -75,12 +77,13 @@ fn syntax() -> String {
     )
 }
 
-/// The table format kgen's symmetric `bits`-bit groups are stored as.
-fn symmetric_storage(bits: u32) -> GgmlType {
-    if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
+/// The table format kgen's symmetric `bits`-bit groups of `group` are
+/// stored as (`kgen::format::symmetric::quantize_symmetric`).
+fn symmetric_storage(bits: u32, group: usize) -> GgmlType {
+    match (bits, group) {
+        (4, g) if g.is_multiple_of(G128) => GgmlType::Q4_0_G128,
+        (4, _) => GgmlType::Q4_0,
+        _ => GgmlType::Q8_0,
     }
 }
 
@@ -100,7 +103,7 @@ impl WeightFormat {
     }
 
     /// A symmetric format: `bits` 4 or 8, `group` 32, 64, 128 or 256 (32 gives
-    /// Q4_0 / Q8_0).
+    /// Q4_0 / Q8_0, 4-bit 128 kgen's `q4_0_g128`).
     pub fn symmetric(bits: u32, group: usize) -> Result<WeightFormat, Error> {
         if bits != 4 && bits != 8 {
             return Err(Error::Unsupported(format!(
@@ -112,8 +115,10 @@ impl WeightFormat {
                 "symmetric group {group}: use 32, 64, 128 or 256"
             )));
         }
-        Ok(if group == 32 {
-            WeightFormat::Ggml(symmetric_storage(bits))
+        // A group that is the storage's block is that table format itself.
+        let storage = symmetric_storage(bits, group);
+        Ok(if group == storage.block_values() {
+            WeightFormat::Ggml(storage)
         } else {
             WeightFormat::Symmetric { bits, group }
         })
@@ -144,20 +149,29 @@ impl WeightFormat {
 
     /// The families that can run the format, each with the format its
     /// kernels read. 4- and 8-bit GPTQ with groups of a multiple of 32 (or
-    /// per column) run on both: the f32 family, and the int8 family's Q4_1
-    /// kernels (4-bit: a scale and a min per 32 values, `s (q - z) = s q -
-    /// s z`) or Q8_0 kernels (8-bit: levels `q - 128`, and `s (128 - z)`
-    /// per group added after the kernel). [`crate::Registry`] orders them
-    /// ([`crate::Registry::select_pair`]).
+    /// per column) run on both: the f32 family, and the int8 family's
+    /// kernels. 4-bit: kgen's `q4_0_g128` where the groups are whole
+    /// 128-blocks (g128, g256, per column; levels `q - 8` under one scale
+    /// per 128 values, and `s (8 - z)` per group added after the kernel),
+    /// else, or where a build lacks those, Q4_1 (a scale and a min per 32
+    /// values, `s (q - z) = s q - s z`). 8-bit: Q8_0 (levels `q - 128`, and
+    /// `s (128 - z)` per group added after the kernel). [`crate::Registry`]
+    /// orders them ([`crate::Registry::select_pair`]).
     pub fn families(self) -> Vec<(Family, WeightFormat)> {
         let mut out = vec![(self.family(), self.kernel_format())];
         if let WeightFormat::Gptq { bits, group } = self {
-            if group.size().is_none_or(|g| g.is_multiple_of(32)) {
-                match bits {
-                    4 => out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q4_1))),
-                    8 => out.push((Family::Int8, WeightFormat::Ggml(GgmlType::Q8_0))),
-                    _ => {}
+            let whole = |b: usize| group.size().is_none_or(|g| g.is_multiple_of(b));
+            let mut int8 = |t: GgmlType| out.push((Family::Int8, WeightFormat::Ggml(t)));
+            match bits {
+                // One scale per 128 values where the groups allow it (g128,
+                // g256, per column), else Q4_1's scale and min per 32.
+                4 if whole(G128) => {
+                    int8(GgmlType::Q4_0_G128);
+                    int8(GgmlType::Q4_1);
                 }
+                4 if whole(32) => int8(GgmlType::Q4_1),
+                8 if whole(32) => int8(GgmlType::Q8_0),
+                _ => {}
             }
         }
         out
@@ -177,7 +191,9 @@ impl WeightFormat {
     /// symmetric groups, which the Q4_0 / Q8_0 kernels run.
     pub fn kernel_format(self) -> WeightFormat {
         match self {
-            WeightFormat::Symmetric { bits, .. } => WeightFormat::Ggml(symmetric_storage(bits)),
+            WeightFormat::Symmetric { bits, group } => {
+                WeightFormat::Ggml(symmetric_storage(bits, group))
+            }
             f => f,
         }
     }
@@ -232,7 +248,7 @@ impl FromStr for WeightFormat {
         // Symmetric groups are written as the table format they are stored as.
         let sym_bits = [4, 8]
             .into_iter()
-            .find(|&b| symmetric_storage(b).tag() == head);
+            .find(|&b| symmetric_storage(b, kgen::format::QK).tag() == head);
         if let Some(bits) = sym_bits {
             let g = group
                 .trim()

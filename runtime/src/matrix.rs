@@ -292,9 +292,10 @@ impl Matrix {
         Ok(Matrix { format, backend })
     }
 
-    /// 4-bit GPTQ as Q4_1 blocks, 8-bit as Q8_0 blocks with their
-    /// zero-point terms, on an int8-family pair; `Unsupported` if the
-    /// weights do not fit those blocks.
+    /// 4-bit GPTQ as `q4_0_g128` blocks with their zero-point terms or as
+    /// Q4_1 blocks, 8-bit as Q8_0 blocks with their zero-point terms,
+    /// whichever the int8-family pair reads; `Unsupported` if the weights
+    /// do not fit those blocks.
     fn gptq_int8(
         m: &GptqMatrix,
         perm: Option<Vec<u32>>,
@@ -303,9 +304,15 @@ impl Matrix {
         gemm: KernelEntry,
     ) -> Result<Int8Matrix, Error> {
         m.validate()?;
-        let (blocks, mins) = match m.bits {
-            4 => gptq_as_q4_1(m).map(|b| (b, None)),
-            8 => gptq_as_q8_0(m).map(|(b, mins)| (b, Some(mins))),
+        // The table format dispatch picked the kernels of
+        // (`WeightFormat::families`).
+        let kernel_format = kgen::format::by_tag(gemv.format).map(GgmlType);
+        let (blocks, mins) = match (m.bits, kernel_format) {
+            (4, Some(t)) if t == GgmlType::Q4_1 => gptq_as_q4_1(m).map(|b| (b, None)),
+            (4, Some(t)) if t == GgmlType::Q4_0_G128 => {
+                gptq_as_q4_0_g128(m).map(|(b, mins)| (b, Some(mins)))
+            }
+            (8, Some(t)) if t == GgmlType::Q8_0 => gptq_as_q8_0(m).map(|(b, mins)| (b, Some(mins))),
             _ => None,
         }
         .ok_or_else(|| not_packable(format, &gemv))?;
@@ -612,24 +619,24 @@ fn ggml_format<D>(m: &GgmlMatrix<D>) -> Result<WeightFormat, Error> {
     })
 }
 
-/// GPTQ weights as 32-value blocks of `dtype`, K padded to 32: `block`
+/// GPTQ weights as blocks of `dtype`, K padded to whole blocks: `block`
 /// appends column `j`'s block `b` of group `g` (`live`: not wholly past K)
-/// to the data. `None` if a group does not hold whole 32-blocks.
+/// to the data. `None` if a group does not hold whole blocks.
 fn gptq_blocks(
     m: &GptqMatrix,
     dtype: GgmlType,
     mut block: impl FnMut(&mut Vec<u8>, usize, usize, usize, bool),
 ) -> Option<GgmlMatrix> {
-    let gs = m.group_size();
-    if m.group.size().is_some() && !gs.is_multiple_of(32) {
+    let (gs, bv) = (m.group_size(), dtype.block_values());
+    if m.group.size().is_some() && !gs.is_multiple_of(bv) {
         return None;
     }
-    let k_pad = m.k.div_ceil(32) * 32;
-    let mut data = Vec::with_capacity(m.n * k_pad / 32 * dtype.block_bytes());
+    let k_pad = m.k.div_ceil(bv) * bv;
+    let mut data = Vec::with_capacity(m.n * k_pad / bv * dtype.block_bytes());
     for j in 0..m.n {
-        for b in 0..k_pad / 32 {
-            let g = (b * 32 / gs).min(m.groups() - 1);
-            block(&mut data, g, j, b, b * 32 < m.k);
+        for b in 0..k_pad / bv {
+            let g = (b * bv / gs).min(m.groups() - 1);
+            block(&mut data, g, j, b, b * bv < m.k);
         }
     }
     Some(GgmlMatrix {
@@ -640,6 +647,14 @@ fn gptq_blocks(
     })
 }
 
+/// The 4-bit levels of column `j`'s `len` values from `at` along K, past
+/// K `pad`.
+fn gptq_levels(m: &GptqMatrix, j: usize, at: usize, len: usize, pad: u8) -> Vec<u8> {
+    (at..at + len)
+        .map(|i| if i < m.k { m.q(i, j) as u8 } else { pad })
+        .collect()
+}
+
 /// 4-bit GPTQ weights as GGUF Q4_1 blocks (K padded to 32 with zero
 /// levels and zero scale): each 32 values of a column take their group's
 /// scale `s` and min `-s z` (f16, as Q4_1 stores them), and their levels
@@ -647,20 +662,33 @@ fn gptq_blocks(
 fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
     gptq_blocks(m, GgmlType::Q4_1, |data, g, j, b, live| {
         let (s, z) = (m.scales[g * m.n + j], m.zeros[g * m.n + j]);
-        // Zero levels past K.
-        let q: [u8; 32] = std::array::from_fn(|t| {
-            let i = b * 32 + t;
-            if i < m.k {
-                m.q(i, j) as u8
-            } else {
-                0
-            }
-        });
+        let q = gptq_levels(m, j, b * 32, 32, 0);
         let (d, mn) = if live { (s, -(s * z)) } else { (0.0, 0.0) };
         data.extend_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
         data.extend_from_slice(&half::f16::from_f32(mn).to_bits().to_le_bytes());
         data.extend((0..16).map(|t| q[t] | q[t + 16] << 4));
     })
+}
+
+/// 4-bit GPTQ weights with groups of a multiple of 128 (or one per
+/// column) as kgen's `q4_0_g128` blocks and zero-point terms:
+/// `s (q - z) = s (q - 8) + s (8 - z)`, so each 128 values of a column
+/// take their group's scale `s` (f16, as the block stores it) and their
+/// levels as they are (8, a zero weight, past K), and `s (8 - z)` goes to
+/// the group's term. One f16 per 128 values where Q4_1 blocks hold two
+/// per 32. `None` if a group does not hold whole 128-blocks.
+fn gptq_as_q4_0_g128(m: &GptqMatrix) -> Option<(GgmlMatrix, GroupMins)> {
+    let scale = |g: usize, j: usize| half::f16::from_f32(m.scales[g * m.n + j]);
+    let blocks = gptq_blocks(m, GgmlType::Q4_0_G128, |data, g, j, b, live| {
+        let d = if live { scale(g, j) } else { half::f16::ZERO };
+        data.extend_from_slice(&d.to_bits().to_le_bytes());
+        let q = gptq_levels(m, j, b * 128, 128, 8);
+        for sub in q.chunks_exact(32) {
+            data.extend((0..16).map(|t| sub[t] | sub[t + 16] << 4));
+        }
+    })?;
+    let mins = gptq_group_mins(m, blocks.k, 8, |g, j| scale(g, j).to_f32());
+    Some((blocks, mins))
 }
 
 /// 8-bit GPTQ weights as GGUF Q8_0 blocks and zero-point terms (K padded
@@ -683,16 +711,32 @@ fn gptq_as_q8_0(m: &GptqMatrix) -> Option<(GgmlMatrix, GroupMins)> {
             }
         }));
     })?;
+    let mins = gptq_group_mins(m, blocks.k, 128, |g, j| scale(g, j).to_f32());
+    Some((blocks, mins))
+}
+
+/// The zero-point terms `s (offset - z)` of blocks that hold `s` (read
+/// back by `scale`, as the blocks round it) and the levels less `offset`,
+/// `k_pad` the blocks' K.
+fn gptq_group_mins(
+    m: &GptqMatrix,
+    k_pad: usize,
+    offset: u32,
+    scale: impl Fn(usize, usize) -> f32,
+) -> GroupMins {
     // One group per column: it spans the padded K.
     let group = if m.group.size().is_some() {
         m.group_size()
     } else {
-        blocks.k
+        k_pad
     };
     let c = (0..m.groups())
-        .flat_map(|g| (0..m.n).map(move |j| scale(g, j).to_f32() * (128.0 - m.zeros[g * m.n + j])))
+        .flat_map(|g| {
+            let scale = &scale;
+            (0..m.n).map(move |j| scale(g, j) * (offset as f32 - m.zeros[g * m.n + j]))
+        })
         .collect();
-    Some((blocks, GroupMins { group, c }))
+    GroupMins { group, c }
 }
 
 /// A family was selected whose weights this source cannot be converted to.

@@ -221,7 +221,8 @@ fn kgen_force_isa_selects_each_isa() {
             .into_iter()
             .filter(|&t| isas(reg, t).contains(&&*isa))
         {
-            let k = 2 * t.block_values().max(160);
+            // Two blocks of 160 or more values: a ragged tile of 32-value blocks.
+            let k = 320usize.next_multiple_of(t.block_values());
             let w = common::raw_blocks(t, k, 70, 5);
             let qm = Matrix::from_ggml(&w).unwrap();
             assert_eq!((qm.gemv_kernel().isa, qm.gemm_kernel().isa), (&*isa, &*isa));
@@ -242,27 +243,26 @@ fn kgen_force_isa_selects_each_isa() {
     common::assert_each_isa_forced("kgen_force_isa_selects_each_isa", &formats);
 }
 
-/// 4-bit GPTQ on the int8 family (its Q4_1 kernels, zero points as mins),
-/// groups 32 / 64 / 128 / per column, with and without act-order, on every
-/// ISA with Q4_1 kernels: within the int8 activations' rounding of the f64
-/// product, and the f32 family (the default) still picked unless asked.
+/// 4-bit GPTQ on the int8 family (kgen's `q4_0_g128` kernels for groups
+/// of 128 and per column, zero points as group terms; Q4_1's for groups of
+/// 32 and 64, zero points as mins) and 8-bit (Q8_0's), with and without
+/// act-order, on every ISA with those kernels: within the int8
+/// activations' rounding of the f64 product, and the f32 family (the
+/// default) still picked unless asked.
 #[test]
 fn gptq_4_and_8_bit_run_on_the_int8_family() {
-    for (bits, t) in [(4, GgmlType::Q4_1), (8, GgmlType::Q8_0)] {
-        if common::i8_format_built(t.format().tag) {
-            gptq_on_the_int8_family(bits, t);
-        }
+    for bits in [4, 8] {
+        gptq_on_the_int8_family(bits);
     }
 }
 
-/// GPTQ of `bits` on the int8 family's kernels for `t`, every ISA, groups
-/// and act-order, against the f64 product.
-fn gptq_on_the_int8_family(bits: u32, t: GgmlType) {
+/// GPTQ of `bits` on the int8 family's kernels, every ISA, groups and
+/// act-order, against the f64 product.
+fn gptq_on_the_int8_family(bits: u32) {
     use kgen::format::gptq::random_gptq;
     use kgen_runtime::{Family, GptqLayer, Group};
     let reg = Registry::builtin();
     let int8 = reg.with_family(Some(Family::Int8));
-    let isas = isas(reg, t);
     for (gi, group) in [
         Group::Size(32),
         Group::Size(64),
@@ -272,11 +272,31 @@ fn gptq_on_the_int8_family(bits: u32, t: GgmlType) {
     .into_iter()
     .enumerate()
     {
+        let format = kgen_runtime::WeightFormat::gptq(bits, group).unwrap();
+        // The int8 kernels dispatch takes: the first the build has.
+        let Some(t) = format
+            .families()
+            .into_iter()
+            .filter(|&(family, _)| family == Family::Int8)
+            .filter_map(|(_, f)| f.ggml_type())
+            .find(|t| common::i8_format_built(t.tag()))
+        else {
+            continue;
+        };
+        let expected = match (bits, group) {
+            (8, _) => GgmlType::Q8_0,
+            (4, Group::Size(32 | 64)) => GgmlType::Q4_1,
+            _ => GgmlType::Q4_0_G128,
+        };
+        assert!(
+            t == expected || !common::i8_format_built(expected.tag()),
+            "{bits}-bit {group:?}: {t}"
+        );
+        let isas = isas(reg, t);
         for (k, n) in [(256usize, 40usize), (330, 17)] {
             let w = random_gptq(k, n, bits, group, gi as u64 * 7 + k as u64);
             // Dispatch takes the int8 family where its kernel here has SIMD
             // dot products, else the format's own (f32) where built.
-            let format = kgen_runtime::WeightFormat::gptq(bits, group).unwrap();
             let int8_simd = common::int8_has_simd(reg, format);
             let f32_built = reg
                 .with_family(Some(Family::F32))

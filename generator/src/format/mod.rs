@@ -10,6 +10,7 @@ pub mod error;
 pub mod ggml;
 pub mod gptq;
 pub mod grid;
+pub mod q4_0_g128;
 pub mod rng;
 pub mod row;
 pub mod symmetric;

@@ -1,19 +1,34 @@
 //! kgen's own symmetric 4/8-bit weights with one scale per group of 32 to
-//! 256 values, stored as GGUF Q4_0 / Q8_0 blocks (group 32 is exactly those
-//! formats; larger groups repeat the group's scale in each of its blocks).
+//! 256 values. Group 32 is exactly GGUF Q4_0 / Q8_0. 4-bit groups of 128
+//! and 256 are blocks of the table's own row
+//! [`Q4_0_G128`](crate::format::q4_0_g128::Q4_0_G128): Q4_0's levels
+//! under one f16 scale per 128 values, held once (4.125 bits per weight
+//! where Q4_0 blocks repeating the scale take 4.5), so the int8 kernels
+//! sum a group's integer dots before they convert and scale, as TQ2_0's
+//! do per 256 (a group of 256 gives both of its 128-blocks its scale).
+//! 8-bit groups and 4-bit groups of 64 are Q4_0 / Q8_0 blocks that repeat
+//! their group's scale.
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
+use crate::format::q4_0_g128::{put_q4_levels, q4_scale, G128};
 use half::f16;
 
 /// Quantizes f32 weights (`k x n` row-major, `y = x W`) to symmetric `bits`
-/// levels with one scale per `group` values along K (32: exactly GGUF Q4_0 /
-/// Q8_0; larger groups put the group's scale in each of its 32-blocks), K
-/// padded with zeros to a multiple of 32.
+/// levels with one scale per `group` values along K: 32 gives exactly GGUF
+/// Q4_0 / Q8_0, 4-bit groups of 128 and 256 `Q4_0_G128` blocks, the
+/// others Q4_0 / Q8_0 blocks that repeat their group's scale. K is padded
+/// with zeros to whole blocks.
 pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize) -> GgmlMatrix {
     assert!(bits == 4 || bits == 8);
     assert!(group.is_multiple_of(QK) && group > 0);
     assert_eq!(w.len(), k * n);
-    let k_pad = k.max(1).div_ceil(QK) * QK;
+    let dtype = match (bits, group) {
+        (4, g) if g.is_multiple_of(G128) => GgmlType::Q4_0_G128,
+        (4, _) => GgmlType::Q4_0,
+        _ => GgmlType::Q8_0,
+    };
+    let block = dtype.block_values();
+    let k_pad = k.max(1).div_ceil(block) * block;
     if group == QK {
         // Exactly the reference quantizers, on K padded with zero rows.
         let mut wp = w.to_vec();
@@ -30,40 +45,27 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             wt[j * k_pad + i] = w[i * n + j];
         }
     }
-    let dtype = if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
-    };
-    let blocks = k_pad / QK;
+    let blocks = k_pad / block;
     let block_bytes = dtype.block_bytes();
     let mut data = vec![0u8; n * blocks * block_bytes];
     for j in 0..n {
         let row = &wt[j * k_pad..(j + 1) * k_pad];
         for g0 in (0..k_pad).step_by(group) {
             let vals = &row[g0..(g0 + group).min(k_pad)];
-            // Q4_0 convention: the value of largest magnitude maps to -8.
-            let (amax, max) = vals.iter().fold((0f32, 0f32), |(a, m), &v| {
-                if v.abs() > a {
-                    (v.abs(), v)
-                } else {
-                    (a, m)
-                }
-            });
-            let d = if bits == 4 { max / -8.0 } else { amax / 127.0 };
+            let d = if bits == 4 {
+                q4_scale(vals)
+            } else {
+                vals.iter().fold(0f32, |a, v| a.max(v.abs())) / 127.0
+            };
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let dh = f16::from_f32(d).to_bits().to_le_bytes();
-            for b in (g0 / QK)..((g0 + vals.len()) / QK) {
+            for b in (g0 / block)..((g0 + vals.len()) / block) {
                 let out =
                     &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
                 out[..2].copy_from_slice(&dh);
-                let v = &row[b * QK..(b + 1) * QK];
+                let v = &row[b * block..(b + 1) * block];
                 if bits == 4 {
-                    for i in 0..16 {
-                        let lo = ((v[i] * id + 8.5) as i32).clamp(0, 15) as u8;
-                        let hi = ((v[i + 16] * id + 8.5) as i32).clamp(0, 15) as u8;
-                        out[2 + i] = lo | (hi << 4);
-                    }
+                    put_q4_levels(v, d, &mut out[2..]);
                 } else {
                     for i in 0..QK {
                         out[2 + i] = (v[i] * id).round().clamp(-127.0, 127.0) as i8 as u8;

@@ -29,6 +29,7 @@ use crate::format::ggml::q8_0;
 use crate::format::ggml::tq1_0;
 use crate::format::ggml::tq2_0;
 use crate::format::grid;
+use crate::format::q4_0_g128;
 use crate::format::row::{Format, GgmlType};
 
 /// Every format, in the order the CLI lists them.
@@ -60,6 +61,7 @@ pub const FORMATS: &[&Format] = &[
     &grid::K2_BB,
     &grid::K2_PL,
     &grid::K1,
+    &q4_0_g128::Q4_0_G128,
 ];
 
 impl GgmlType {
@@ -90,6 +92,7 @@ impl GgmlType {
     pub const K2_BB: GgmlType = GgmlType(&grid::K2_BB);
     pub const K2_PL: GgmlType = GgmlType(&grid::K2_PL);
     pub const K1: GgmlType = GgmlType(&grid::K1);
+    pub const Q4_0_G128: GgmlType = GgmlType(&q4_0_g128::Q4_0_G128);
 
     /// Every type kgen reads, in table order.
     pub fn all() -> impl Iterator<Item = GgmlType> {
@@ -322,7 +325,7 @@ mod tests {
             .collect();
         assert_eq!(
             rows.iter().map(|(f, _)| f.tag).collect::<Vec<_>>(),
-            ["tq1_0", "tq2_0"]
+            ["tq1_0", "tq2_0", "q4_0_g128"]
         );
         for (f, r) in rows {
             assert!(

@@ -1622,24 +1622,29 @@ mod tests {
         }
     }
 
-    /// TQ1_0 / TQ2_0 with group scales: the levels as without, and per
-    /// tile and super-block one header of the tile's `d`s (the file's f16,
-    /// padding columns 0), nothing per block; several panels and tiles,
-    /// on 1 and 3 threads.
+    /// TQ1_0 / TQ2_0 and kgen's `q4_0_g128` with group scales: the
+    /// levels as without, and per tile and super-block one header of the
+    /// tile's `d`s (the file's f16, padding columns 0), nothing per block;
+    /// several panels and tiles, on 1 and 3 threads.
     #[test]
     fn group_scales_hold_one_scale_per_super_block() {
         let (k, n) = (768, 70);
         let (lanes, t_u) = (8, 2);
         let tw = lanes * t_u;
-        for t in [GgmlType::TQ2_0, GgmlType::TQ1_0] {
+        // The format, its 32-blocks per super-block, where its `d` sits.
+        for (t, g, d_at) in [
+            (GgmlType::TQ2_0, 8, 64),
+            (GgmlType::TQ1_0, 8, 52),
+            (GgmlType::Q4_0_G128, 4, 0),
+        ] {
             let w = GgmlMatrix::quantize(&Rng::new(19).vec_f32(k * n), k, n, t);
             let per_block = I8Layout::new(t, lanes, t_u, 256, 2 * tw, k, n);
             let l = per_block.group_scales(true);
             assert!(l.group_scales && !per_block.group_scales, "{t}");
-            assert_eq!((l.scale_entries(), l.super_groups()), (0, Some((8, 1))));
+            assert_eq!((l.scale_entries(), l.super_groups()), (0, Some((g, 1))));
             let (p, pb) = (l.repack(&w), per_block.repack(&w));
             assert_eq!(p.w.as_bytes(), pb.w.as_bytes(), "{t}: the same levels");
-            let supers = l.blocks() / 8;
+            let supers = l.blocks() / g;
             assert_eq!(p.sc.len(), l.n_pad * supers, "{t}");
             let three = l.repack_threads(&w, 3);
             assert_eq!(
@@ -1653,8 +1658,7 @@ mod tests {
                 for sb in 0..supers {
                     let want = if j < n {
                         let blk = w.block(j, sb);
-                        let at = blk.len() - 2;
-                        u16::from_le_bytes([blk[at], blk[at + 1]])
+                        u16::from_le_bytes([blk[d_at], blk[d_at + 1]])
                     } else {
                         0
                     };

@@ -231,11 +231,17 @@ impl Int8Matrix {
         if m > 0 {
             self.act[usize::from(m != 1)].quantize(x, m, l.k, l.k_pad, fmt, &mut xa);
         }
-        // f32 sums per 32-block, for the zero-point terms.
+        // f32 sums per 32-block of the padded K (0 past K), for the
+        // zero-point terms.
         let sums = match self.group_mins {
             Some(_) => x
                 .chunks_exact(l.k)
-                .flat_map(|row| row.chunks(QK).map(|b| b.iter().sum::<f32>()))
+                .flat_map(|row| {
+                    row.chunks(QK)
+                        .map(|b| b.iter().sum::<f32>())
+                        .chain(std::iter::repeat(0.0))
+                        .take(l.k_pad / QK)
+                })
                 .collect(),
             None => Vec::new(),
         };

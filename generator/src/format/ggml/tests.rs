@@ -60,7 +60,7 @@ fn round_trips_within_half_a_step() {
                         "f16" => v.abs() / 1024.0,
                         // Rounds half up, and values near -max map to
                         // level 15 = +7 d: up to one step.
-                        "q4_0" => d * 1.01,
+                        "q4_0" | "q4_0_g128" => d * 1.01,
                         // As Q4_0 (-max maps to level 31 = +15 d), plus
                         // the f16 rounding of d over 16 steps.
                         "q5_0" => d * (1.0 + 16.0 / 1024.0),

@@ -897,24 +897,35 @@ const I16_CRUMB_BLOCKS: usize = 2;
 /// `I16_BLOCKS`-th block of the group and after its last. The offset term
 /// comes off once, at the close.
 fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
+    let hi16 = masked_high_nibbles(&p.spec, isa);
     let mut add = TokenStream::new();
     for r in 0..rows {
         for t in 0..p.tile.t_sub {
             let (ga, i) = (gav(r, t), format_ident!("i_{}_{}", r, t));
-            add.extend(quote! { #ga = ops::addi(#ga, ops::block_sum(#i)); });
+            // Masked high nibbles: their own `16 q` sums join in (they
+            // are zeroed with the block's).
+            let dot = if hi16 {
+                let j = jv(r, t);
+                quote! { ops::join_hi(#i, #j) }
+            } else {
+                quote! { ops::block_sum(#i) }
+            };
+            add.extend(quote! { #ga = ops::addi(#ga, #dot); });
             if isa.pair_sums_i16 {
                 add.extend(quote! { #i = ops::zero_i(); });
             }
         }
     }
-    if !isa.pair_sums_i16 {
+    // 4-bit levels fill the i16 pairs in one block (`pair_acc`'s bound):
+    // they widen after every block.
+    if !isa.pair_sums_i16 || (p.spec.bits() == 4 && !p.spec.codebook() && !p.spec.grid()) {
         return add;
     }
     // The bound above holds for plain 2-bit levels; a grid's table could
     // hold larger ones.
     assert!(
         p.spec.bits() == 2 && !p.spec.grid(),
-        "i16 sums over several blocks: plain 2-bit levels only"
+        "i16 sums over several blocks: plain 2- and 4-bit levels only"
     );
     let last = lit(I16_BLOCKS - 1);
     let every = lit(I16_BLOCKS);
