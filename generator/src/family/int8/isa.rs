@@ -55,8 +55,10 @@ pub struct I8Isa {
     /// `k2_bb` GEMV read 0.84-0.91 of the read bandwidth without, 0.98-1.02
     /// with 4096 bytes (2048: 0.84-0.98; 8192 as 4096); Q4_0 and Q4_K were
     /// at the bandwidth either way, and Q4_K in L3 gained about 5%. Set
-    /// where it was measured (AVX2 on Zen 3, AVX-512 VNNI on Zen 5; Zen 4
-    /// and Intel unmeasured).
+    /// where it was measured (AVX2 on Zen 3, AVX-512 VNNI on Zen 5; Intel
+    /// unmeasured). On a Zen 4 VM 8192 bytes did not beat 4096 (Q4_0 and
+    /// Q8_0 GEMV from DRAM, 1 thread: 0.84-0.96 of the read rate against
+    /// 0.88-0.98).
     pub prefetch: Option<usize>,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
