@@ -199,8 +199,8 @@ fn from_f32_in_every_family() {
     let wf = Rng::new(5).vec_f32(k * n);
     let reg = best();
     for name in [
-        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q8_0:64", "q4_k",
-        "q5_k", "q6_k", "q2_k", "tq2_0",
+        "4:128", "3:col", "2:32", "8:128", "q4_0", "q8_0", "iq4_nl", "q4_0:128", "q4_0:256",
+        "q8_0:64", "q4_k", "q5_k", "q6_k", "q2_k", "tq2_0",
     ] {
         let format: WeightFormat = name.parse().unwrap();
         let want = format.kernel_format();
