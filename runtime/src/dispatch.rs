@@ -83,7 +83,7 @@ impl Registry {
 
     /// A copy whose selections use `family` only (`None`: dispatch's
     /// order, see [`Registry::select_pair`]). 4- and 8-bit GPTQ run on the
-    /// int8 family (its Q4_1 / Q8_0 kernels) where that has SIMD here; to keep the f32
+    /// int8 family (its `q4_0_g128`, Q4_1 or Q8_0 kernels) where that has SIMD here; to keep the f32
     /// family's exact activations: `Matrix::from_gptq_with(
     /// &Registry::builtin().with_family(Some(Family::F32)), &w)`.
     pub fn with_family(&self, family: Option<Family>) -> Registry {
@@ -129,7 +129,7 @@ impl Registry {
     /// family in selection order that has any (see [`Registry::select_pair`]).
     pub fn runnable(&self, format: WeightFormat, op: Op) -> Vec<KernelEntry> {
         // The first family in selection order that has any: for 4- and
-        // 8-bit GPTQ the int8 family's Q4_1 / Q8_0 kernels where they have
+        // 8-bit GPTQ the int8 family's `q4_0_g128` / Q4_1 / Q8_0 kernels where they have
         // SIMD here, else the f32 family's, unless `with_family` asks.
         self.family_order(format.families())
             .into_iter()
@@ -154,7 +154,7 @@ impl Registry {
     ///
     /// - The family: the one that runs the format ([`WeightFormat::families`]),
     ///   or the one [`Registry::with_family`] asks for. Where two can (4-bit
-    ///   GPTQ: f32, or the int8 family's Q4_1 kernels), the int8 family
+    ///   GPTQ: f32, or the int8 family's `q4_0_g128` or Q4_1 kernels), the int8 family
     ///   when its kernel here has SIMD dot products, else f32 (see
     ///   `family_order`); a family whose pick fails (a forced ISA it lacks)
     ///   gives way to the next.
@@ -180,7 +180,7 @@ impl Registry {
 
     /// `families` in the order selection tries them: the one family of
     /// [`Registry::with_family`] if set; else, where the int8 family can run
-    /// the format too (4- and 8-bit GPTQ, through its Q4_1 / Q8_0
+    /// the format too (4- and 8-bit GPTQ, through its `q4_0_g128` / Q4_1 / Q8_0
     /// kernels), the int8 family first when its kernel here multiplies with SIMD int8 dot
     /// products (any ISA but `portable`), the format's own family first
     /// otherwise.

@@ -55,11 +55,13 @@ pub enum WeightFormat {
     /// A GGUF block format of the format table that the int8 family runs
     /// (`q4_0`, `q8_0`, `iq4_nl`, ...), named by its tag.
     Ggml(GgmlType),
-    /// kgen's symmetric groups (`q4_0:256`, `q8_0:64`): Q4_0 / Q8_0 levels
+    /// kgen's symmetric groups (`q4_0:128`, `q8_0:64`): Q4_0 / Q8_0 levels
     /// with one scale per `group` (64, 128 or 256) values along K, stored as
-    /// blocks that repeat their group's scale: 4-bit groups of 256 as
-    /// `q4_0_g128` blocks, the others as Q4_0 / Q8_0. A group that is the
-    /// storage's own block (32; 4-bit 128) is that format itself.
+    /// Q4_0 / Q8_0 blocks that repeat their group's scale. Group 32 is
+    /// exactly Q4_0 / Q8_0. (4-bit GPTQ groups of 128 run on kgen's
+    /// `q4_0_g128` instead, which holds the scale once per 128 values;
+    /// symmetric groups stay on Q4_0, which every build with 4-bit int8
+    /// kernels has.)
     Symmetric { bits: u32, group: usize },
 }
 
@@ -77,13 +79,12 @@ fn syntax() -> String {
     )
 }
 
-/// The table format kgen's symmetric `bits`-bit groups of `group` are
-/// stored as (`kgen::format::symmetric::quantize_symmetric`).
-fn symmetric_storage(bits: u32, group: usize) -> GgmlType {
-    match (bits, group) {
-        (4, g) if g.is_multiple_of(G128) => GgmlType::Q4_0_G128,
-        (4, _) => GgmlType::Q4_0,
-        _ => GgmlType::Q8_0,
+/// The table format kgen's symmetric `bits`-bit groups are stored as.
+fn symmetric_storage(bits: u32) -> GgmlType {
+    if bits == 4 {
+        GgmlType::Q4_0
+    } else {
+        GgmlType::Q8_0
     }
 }
 
@@ -103,7 +104,7 @@ impl WeightFormat {
     }
 
     /// A symmetric format: `bits` 4 or 8, `group` 32, 64, 128 or 256 (32 gives
-    /// Q4_0 / Q8_0, 4-bit 128 kgen's `q4_0_g128`).
+    /// Q4_0 / Q8_0).
     pub fn symmetric(bits: u32, group: usize) -> Result<WeightFormat, Error> {
         if bits != 4 && bits != 8 {
             return Err(Error::Unsupported(format!(
@@ -115,10 +116,8 @@ impl WeightFormat {
                 "symmetric group {group}: use 32, 64, 128 or 256"
             )));
         }
-        // A group that is the storage's block is that table format itself.
-        let storage = symmetric_storage(bits, group);
-        Ok(if group == storage.block_values() {
-            WeightFormat::Ggml(storage)
+        Ok(if group == 32 {
+            WeightFormat::Ggml(symmetric_storage(bits))
         } else {
             WeightFormat::Symmetric { bits, group }
         })
@@ -191,9 +190,7 @@ impl WeightFormat {
     /// symmetric groups, which the Q4_0 / Q8_0 kernels run.
     pub fn kernel_format(self) -> WeightFormat {
         match self {
-            WeightFormat::Symmetric { bits, group } => {
-                WeightFormat::Ggml(symmetric_storage(bits, group))
-            }
+            WeightFormat::Symmetric { bits, .. } => WeightFormat::Ggml(symmetric_storage(bits)),
             f => f,
         }
     }
@@ -248,7 +245,7 @@ impl FromStr for WeightFormat {
         // Symmetric groups are written as the table format they are stored as.
         let sym_bits = [4, 8]
             .into_iter()
-            .find(|&b| symmetric_storage(b, kgen::format::QK).tag() == head);
+            .find(|&b| symmetric_storage(b).tag() == head);
         if let Some(bits) = sym_bits {
             let g = group
                 .trim()

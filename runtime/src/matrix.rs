@@ -33,10 +33,11 @@ use std::path::Path;
 /// symmetric groups run on the int8 family (activations quantized to int8 per
 /// 32-block on each call); GPTQ formats, which have zero points, on the f32
 /// family, except 4- and 8-bit GPTQ with groups of a multiple of 32 (or
-/// per column), which run on the int8 family's Q4_1 kernels (zero points
-/// as mins) or Q8_0 kernels (zero-point terms added after the kernel)
-/// wherever those have SIMD dot products on this CPU: faster (about 3x for
-/// 4-bit), with int8 activations' error. [`Registry::with_family`] picks a
+/// per column), which run on the int8 family's `q4_0_g128` kernels (4-bit
+/// groups of 128 / 256 / per column) or Q4_1 kernels (zero points as mins)
+/// or Q8_0 kernels (8-bit), zero-point terms added after the kernel where
+/// there are no mins, wherever those have SIMD dot products on this CPU:
+/// faster (3 to 4x for 4-bit), with int8 activations' error. [`Registry::with_family`] picks a
 /// family explicitly. Within the family, the best ISA this CPU runs, or
 /// the one `KGEN_FORCE_ISA` (or [`Registry::with_isa`]) forces: a forced ISA
 /// the CPU or the build lacks is an error. [`Matrix::kernel`] and the

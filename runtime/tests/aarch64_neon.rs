@@ -30,7 +30,7 @@ fn neon_first_then_portable_for_every_format() {
     assert!(!formats.is_empty());
     for format in formats {
         for op in [Op::Gemv, Op::Gemm] {
-            // 4-bit GPTQ also runs on the int8 family's Q4_1 kernels, when
+            // 4-bit GPTQ also runs on the int8 family's kernels, when
             // asked for: the f32 family's own list here.
             let runnable = reg.with_family(Some(Family::F32)).runnable(format, op);
             let isas: Vec<&str> = runnable.iter().map(|e| e.isa).collect();
@@ -92,9 +92,9 @@ fn int8_kernels_run_exactly_where_their_features_exist() {
             _ => vec!["portable"],
         };
         // 256-bit SVE (qemu `-cpu max,sve256=on`) adds sve256 below i8mm
-        // for Q4_0 and Q8_0 only (no sve256 codebook, 5-bit, min or
-        // half-block kernels: the others fall back).
-        if sve_vector_bits() == Some(256) && matches!(format, "q4_0" | "q8_0") {
+        // for Q4_0, Q8_0 and kgen's `q4_0_g128` only (no sve256 codebook,
+        // 5-bit, min or half-block kernels: the others fall back).
+        if sve_vector_bits() == Some(256) && matches!(format, "q4_0" | "q8_0" | "q4_0_g128") {
             want.insert(usize::from(i8mm), "sve256");
         }
         // 1-bit levels have no pair layout: no i8mm kernels, dotprod runs

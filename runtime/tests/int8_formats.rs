@@ -414,32 +414,41 @@ fn shared_inputs_respect_act_order() {
 #[test]
 fn gptq_beyond_f16_falls_back_to_the_f32_family() {
     use kgen_runtime::{Family, Group};
-    let group = Group::Size(32);
-    let mut w = kgen::format::gptq::random_gptq(64, 16, 4, group, 3);
-    w.scales[5] = 30000.0;
-    w.zeros[5] = 15.0;
-    let reg = Registry::builtin();
-    let format = WeightFormat::gptq(4, group).unwrap();
-    if reg
-        .with_family(Some(Family::Int8))
-        .select_pair(format)
-        .is_ok()
-    {
-        let e = Matrix::from_gptq_with(&reg.with_family(Some(Family::Int8)), &w).unwrap_err();
-        let msg = e.to_string();
-        assert!(msg.contains("4:32") && msg.contains("f16"), "{msg}");
-    }
-    if reg
-        .with_family(Some(Family::F32))
-        .select_pair(format)
-        .is_ok()
-    {
-        let m = Matrix::from_gptq(&w).unwrap();
-        assert_eq!(m.family(), Family::F32, "{}", m.describe());
-        let x = Rng::new(1).vec_f32(64);
-        let mut y = vec![0f32; 16];
-        m.gemv(&x, &mut y).unwrap();
-        assert!(y.iter().all(|v| v.is_finite()));
+    // Group 32 (Q4_1: `s z` beyond f16) and group 128 (`q4_0_g128`: the
+    // scale itself beyond f16).
+    for (group, scale, zero) in [
+        (Group::Size(32), 30000.0, 15.0),
+        (Group::Size(128), 1e5, 3.0),
+    ] {
+        let mut w = kgen::format::gptq::random_gptq(256, 16, 4, group, 3);
+        w.scales[5] = scale;
+        w.zeros[5] = zero;
+        let reg = Registry::builtin();
+        let format = WeightFormat::gptq(4, group).unwrap();
+        if reg
+            .with_family(Some(Family::Int8))
+            .select_pair(format)
+            .is_ok()
+        {
+            let e = Matrix::from_gptq_with(&reg.with_family(Some(Family::Int8)), &w).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format.to_string()) && msg.contains("f16"),
+                "{msg}"
+            );
+        }
+        if reg
+            .with_family(Some(Family::F32))
+            .select_pair(format)
+            .is_ok()
+        {
+            let m = Matrix::from_gptq(&w).unwrap();
+            assert_eq!(m.family(), Family::F32, "{}", m.describe());
+            let x = Rng::new(1).vec_f32(256);
+            let mut y = vec![0f32; 16];
+            m.gemv(&x, &mut y).unwrap();
+            assert!(y.iter().all(|v| v.is_finite()));
+        }
     }
 }
 

@@ -24,7 +24,7 @@ fn formats(reg: &Registry) -> Vec<(u32, Group)> {
 #[test]
 fn every_kernel_matches_the_oracle() {
     // The f32 family's kernels (4-bit GPTQ also runs on the int8 family's
-    // Q4_1 kernels when asked for: int8_formats.rs tests those).
+    // kernels when asked for: int8_formats.rs tests those).
     let reg = &Registry::builtin().with_family(Some(Family::F32));
     let pool = Pool::new(1);
     let mut checked = 0;

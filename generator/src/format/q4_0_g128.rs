@@ -1,7 +1,7 @@
 //! kgen's own 4-bit format with one f16 scale per 128 values (not a GGUF
-//! type): the storage of kgen's symmetric 4-bit groups of 128 and 256 and
-//! of 4-bit GPTQ groups of a multiple of 128 on the int8 family. It sits
-//! outside `format::ggml` so the table can hold it without a module cycle.
+//! type): how the int8 family holds 4-bit GPTQ groups of a multiple of 128
+//! (or one per column). It sits outside `format::ggml` so the table can
+//! hold it without a module cycle.
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
 use crate::format::ggml::q4_0::q4_0_order;

@@ -1,31 +1,23 @@
 //! kgen's own symmetric 4/8-bit weights with one scale per group of 32 to
-//! 256 values. Group 32 is exactly GGUF Q4_0 / Q8_0. 4-bit groups of 128
-//! and 256 are blocks of the table's own row
-//! [`Q4_0_G128`](crate::format::q4_0_g128::Q4_0_G128): Q4_0's levels
-//! under one f16 scale per 128 values, held once (4.125 bits per weight
-//! where Q4_0 blocks repeating the scale take 4.5), so the int8 kernels
-//! sum a group's integer dots before they convert and scale, as TQ2_0's
-//! do per 256 (a group of 256 gives both of its 128-blocks its scale).
-//! 8-bit groups and 4-bit groups of 64 are Q4_0 / Q8_0 blocks that repeat
-//! their group's scale.
+//! 256 values, stored as GGUF Q4_0 / Q8_0 blocks (group 32 is exactly those
+//! formats; larger groups repeat the group's scale in each of its blocks).
 
 use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
-use crate::format::q4_0_g128::{put_q4_levels, q4_scale, G128};
+use crate::format::q4_0_g128::{put_q4_levels, q4_scale};
 use half::f16;
 
 /// Quantizes f32 weights (`k x n` row-major, `y = x W`) to symmetric `bits`
-/// levels with one scale per `group` values along K: 32 gives exactly GGUF
-/// Q4_0 / Q8_0, 4-bit groups of 128 and 256 `Q4_0_G128` blocks, the
-/// others Q4_0 / Q8_0 blocks that repeat their group's scale. K is padded
-/// with zeros to whole blocks.
+/// levels with one scale per `group` values along K (32: exactly GGUF Q4_0 /
+/// Q8_0; larger groups put the group's scale in each of its 32-blocks), K
+/// padded with zeros to a multiple of 32.
 pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize) -> GgmlMatrix {
     assert!(bits == 4 || bits == 8);
     assert!(group.is_multiple_of(QK) && group > 0);
     assert_eq!(w.len(), k * n);
-    let dtype = match (bits, group) {
-        (4, g) if g.is_multiple_of(G128) => GgmlType::Q4_0_G128,
-        (4, _) => GgmlType::Q4_0,
-        _ => GgmlType::Q8_0,
+    let dtype = if bits == 4 {
+        GgmlType::Q4_0
+    } else {
+        GgmlType::Q8_0
     };
     let block = dtype.block_values();
     let k_pad = k.max(1).div_ceil(block) * block;

@@ -893,9 +893,10 @@ const I16_CRUMB_BLOCKS: usize = 2;
 /// The per-block fold of a format with one weight scale per group
 /// ([`group_int`]): each block's dots go into the group's i32 sums `ga`;
 /// on an ISA whose block accumulators are i16 pairs they run over
-/// [`I16_BLOCKS`] blocks first and are widened and zeroed after every
-/// `I16_BLOCKS`-th block of the group and after its last. The offset term
-/// comes off once, at the close.
+/// [`I16_BLOCKS`] blocks first (plain 2-bit levels) and are widened and
+/// zeroed after every `I16_BLOCKS`-th block of the group and after its
+/// last; 4-bit levels fill the pairs in one block and widen after each.
+/// The offset term comes off once, at the close.
 fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     let hi16 = masked_high_nibbles(&p.spec, isa);
     let mut add = TokenStream::new();
@@ -925,7 +926,7 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
     // hold larger ones.
     assert!(
         p.spec.bits() == 2 && !p.spec.grid(),
-        "i16 sums over several blocks: plain 2- and 4-bit levels only"
+        "i16 sums over several blocks: plain 2-bit levels only"
     );
     let last = lit(I16_BLOCKS - 1);
     let every = lit(I16_BLOCKS);
