@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use crate::gptq_file::{self, GptqLayer, GptqOptions};
 use crate::kernel::KernelEntry;
 use crate::pool::{self, Pool};
+use kgen::format::ggml::q4_0::q4_0_pack;
 use kgen::format::ggml::{GgmlMatrix, GgmlType, GgmlView};
 use kgen::format::gptq::GptqMatrix;
 use kgen::format::symmetric::quantize_symmetric;
@@ -648,12 +649,17 @@ fn gptq_blocks(
     })
 }
 
-/// The 4-bit levels of column `j`'s `len` values from `at` along K, past
-/// K `pad`.
-fn gptq_levels(m: &GptqMatrix, j: usize, at: usize, len: usize, pad: u8) -> Vec<u8> {
-    (at..at + len)
-        .map(|i| if i < m.k { m.q(i, j) as u8 } else { pad })
-        .collect()
+/// The 4-bit levels of column `j`'s `L` values from `at` along K, past K
+/// `pad` (on the stack: the repack calls it once per block).
+fn gptq_levels<const L: usize>(m: &GptqMatrix, j: usize, at: usize, pad: u8) -> [u8; L] {
+    std::array::from_fn(|t| {
+        let i = at + t;
+        if i < m.k {
+            m.q(i, j) as u8
+        } else {
+            pad
+        }
+    })
 }
 
 /// 4-bit GPTQ weights as GGUF Q4_1 blocks (K padded to 32 with zero
@@ -663,11 +669,11 @@ fn gptq_levels(m: &GptqMatrix, j: usize, at: usize, len: usize, pad: u8) -> Vec<
 fn gptq_as_q4_1(m: &GptqMatrix) -> Option<GgmlMatrix> {
     gptq_blocks(m, GgmlType::Q4_1, |data, g, j, b, live| {
         let (s, z) = (m.scales[g * m.n + j], m.zeros[g * m.n + j]);
-        let q = gptq_levels(m, j, b * 32, 32, 0);
+        let q = gptq_levels::<32>(m, j, b * 32, 0);
         let (d, mn) = if live { (s, -(s * z)) } else { (0.0, 0.0) };
         data.extend_from_slice(&half::f16::from_f32(d).to_bits().to_le_bytes());
         data.extend_from_slice(&half::f16::from_f32(mn).to_bits().to_le_bytes());
-        data.extend((0..16).map(|t| q[t] | q[t + 16] << 4));
+        data.extend_from_slice(&q4_0_pack(&q));
     })
 }
 
@@ -683,9 +689,9 @@ fn gptq_as_q4_0_g128(m: &GptqMatrix) -> Option<(GgmlMatrix, GroupMins)> {
     let blocks = gptq_blocks(m, GgmlType::Q4_0_G128, |data, g, j, b, live| {
         let d = if live { scale(g, j) } else { half::f16::ZERO };
         data.extend_from_slice(&d.to_bits().to_le_bytes());
-        let q = gptq_levels(m, j, b * 128, 128, 8);
+        let q = gptq_levels::<128>(m, j, b * 128, 8);
         for sub in q.chunks_exact(32) {
-            data.extend((0..16).map(|t| sub[t] | sub[t + 16] << 4));
+            data.extend_from_slice(&q4_0_pack(sub));
         }
     })?;
     let mins = gptq_group_mins(m, blocks.k, 8, |g, j| scale(g, j).to_f32());

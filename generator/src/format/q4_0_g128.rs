@@ -4,7 +4,7 @@
 //! hold it without a module cycle.
 
 use crate::format::ggml::numpy::{read_f16, write_f16};
-use crate::format::ggml::q4_0::q4_0_order;
+use crate::format::ggml::q4_0::{q4_0_order, q4_0_pack};
 use crate::format::row::{
     leading_f16_scale, Format, Int8Repack, Levels, NibbleStore, ScaleAt, OWN_TYPE_BASE, QK,
 };
@@ -89,9 +89,8 @@ pub(crate) fn q4_scale(vals: &[f32]) -> f32 {
 pub(crate) fn put_q4_levels(v: &[f32], d: f32, out: &mut [u8]) {
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let q = |v: f32| ((v * id + 8.5) as i32).clamp(0, 15) as u8;
-    for (s, v) in v.chunks_exact(QK).enumerate() {
-        for i in 0..QK / 2 {
-            out[16 * s + i] = q(v[i]) | (q(v[i + 16]) << 4);
-        }
+    for (v, out) in v.chunks_exact(QK).zip(out.chunks_exact_mut(QK / 2)) {
+        let levels: [u8; QK] = std::array::from_fn(|i| q(v[i]));
+        out.copy_from_slice(&q4_0_pack(&levels));
     }
 }

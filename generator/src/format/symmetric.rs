@@ -14,13 +14,7 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
     assert!(bits == 4 || bits == 8);
     assert!(group.is_multiple_of(QK) && group > 0);
     assert_eq!(w.len(), k * n);
-    let dtype = if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
-    };
-    let block = dtype.block_values();
-    let k_pad = k.max(1).div_ceil(block) * block;
+    let k_pad = k.max(1).div_ceil(QK) * QK;
     if group == QK {
         // Exactly the reference quantizers, on K padded with zero rows.
         let mut wp = w.to_vec();
@@ -37,7 +31,12 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             wt[j * k_pad + i] = w[i * n + j];
         }
     }
-    let blocks = k_pad / block;
+    let dtype = if bits == 4 {
+        GgmlType::Q4_0
+    } else {
+        GgmlType::Q8_0
+    };
+    let blocks = k_pad / QK;
     let block_bytes = dtype.block_bytes();
     let mut data = vec![0u8; n * blocks * block_bytes];
     for j in 0..n {
@@ -51,11 +50,11 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             };
             let id = if d != 0.0 { 1.0 / d } else { 0.0 };
             let dh = f16::from_f32(d).to_bits().to_le_bytes();
-            for b in (g0 / block)..((g0 + vals.len()) / block) {
+            for b in (g0 / QK)..((g0 + vals.len()) / QK) {
                 let out =
                     &mut data[(j * blocks + b) * block_bytes..(j * blocks + b + 1) * block_bytes];
                 out[..2].copy_from_slice(&dh);
-                let v = &row[b * block..(b + 1) * block];
+                let v = &row[b * QK..(b + 1) * QK];
                 if bits == 4 {
                     put_q4_levels(v, d, &mut out[2..]);
                 } else {

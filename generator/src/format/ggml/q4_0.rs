@@ -49,6 +49,12 @@ pub(crate) fn q4_0_order(qs: &[u8]) -> [u8; QK] {
     out
 }
 
+/// The 16 bytes of 32 4-bit levels in Q4_0's order (the inverse of
+/// [`q4_0_order`]): byte `i` holds level `i` low and level `i + 16` high.
+pub fn q4_0_pack(q: &[u8]) -> [u8; QK / 2] {
+    std::array::from_fn(|i| q[i] | (q[i + QK / 2] << 4))
+}
+
 fn dequantize(blk: &[u8], out: &mut [f32]) {
     let d = read_f16(blk);
     for (b, &byte) in blk[2..2 + QK / 2].iter().enumerate() {

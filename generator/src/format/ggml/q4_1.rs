@@ -7,7 +7,7 @@
 //! sums.
 
 use crate::format::ggml::numpy::{np_cast_i64, read_f16, write_f16};
-use crate::format::ggml::q4_0::q4_0_order;
+use crate::format::ggml::q4_0::{q4_0_order, q4_0_pack};
 use crate::format::row::{Format, Int8Repack, Levels, NibbleStore, ScaleAt, QK};
 
 pub const Q4_1: Format = Format {
@@ -67,9 +67,7 @@ fn quantize(x: &[f32], out: &mut Vec<u8>) {
         .collect();
     write_f16(out, d);
     write_f16(out, min);
-    for b in 0..QK / 2 {
-        out.push(q[b] | (q[b + QK / 2] << 4));
-    }
+    out.extend_from_slice(&q4_0_pack(&q));
 }
 
 /// numpy's `max` and `min` of a block: NaN if any value is NaN.
