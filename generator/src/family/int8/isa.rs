@@ -60,6 +60,17 @@ pub struct I8Isa {
     /// Q8_0 GEMV from DRAM, 1 thread: 0.84-0.96 of the read rate against
     /// 0.88-0.98).
     pub prefetch: Option<usize>,
+    /// Only the GEMVs of formats with at most this many bits per level
+    /// prefetch ([`I8Isa::prefetch`]). On the Zen 4 VM (AVX-512 VNNI, the
+    /// GEMV micro kernels alone, 1 thread, cycles per block with and
+    /// without) the prefetches cost the 4- to 8-bit GEMVs 5-15% with the
+    /// weights in L3 (Q4_0, Q4_K, Q5_0, Q6_K, IQ4_NL) and up to 40% beyond
+    /// L3 (Q5_0, Q5_K; Q4_0 and Q4_K 15%): the hardware prefetchers keep
+    /// up with those streams and the prefetches take load slots. Beyond L3
+    /// the 2-bit GEMVs were split (k2_bb 8% and Q2_K 12% faster with,
+    /// TQ2_0 and IQ2_XXS 6-9% slower, TQ1_0 even); the Zen 5 figures above
+    /// are from k2_bb, so the 2-bit formats keep them.
+    pub prefetch_bits: u32,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
     /// [`crate::family::int8::emit`]'s lane kernels); `None` where the
@@ -155,6 +166,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: Some(4096),
+    prefetch_bits: 2,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: true,
@@ -203,6 +215,7 @@ pub const AVX2: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: Some(4096),
+    prefetch_bits: 8,
     x_quad: true,
     scratch_levels: true,
     int_sub_scales: true,
@@ -230,6 +243,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: None,
+    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -273,6 +287,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: None,
+    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -302,6 +317,7 @@ pub const SVE256: I8Isa = I8Isa {
     three_bit: false,
     sve_bits: Some(256),
     prefetch: None,
+    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,

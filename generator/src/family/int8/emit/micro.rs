@@ -257,10 +257,14 @@ pub(crate) fn micro_fn(
 }
 
 /// Whether `spec`'s kernels on `isa` prefetch their weight stream
-/// ([`I8Isa::prefetch`]): GEMVs, which read each weight once.
+/// ([`I8Isa::prefetch`]): GEMVs, which read each weight once, of formats
+/// within [`I8Isa::prefetch_bits`].
 pub(crate) fn prefetches(spec: &I8Spec, isa: &I8Isa) -> bool {
     // SVE kernels have their own block loop (`emit::sve`), without one.
-    isa.prefetch.is_some() && isa.sve_bits.is_none() && spec.op == crate::spec::Op::Gemv
+    isa.prefetch.is_some()
+        && isa.sve_bits.is_none()
+        && spec.op == crate::spec::Op::Gemv
+        && isa.reads(spec).bits() <= isa.prefetch_bits
 }
 
 /// The prefetches of one block of `block_bytes` (what `w` steps by): each
