@@ -585,7 +585,7 @@ pub(crate) fn micro_kernel(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStre
         blocks: p.spec.act_group(),
         open,
         close,
-        counted: group_int && isa.pair_sums_i16,
+        counted: group_int && sums_span_blocks(&p.spec, isa),
     };
     micro_fn(
         p,
@@ -917,9 +917,7 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
             }
         }
     }
-    // 4-bit levels fill the i16 pairs in one block (`pair_acc`'s bound):
-    // they widen after every block.
-    if !isa.pair_sums_i16 || (p.spec.bits() == 4 && !p.spec.codebook() && !p.spec.grid()) {
+    if !sums_span_blocks(&p.spec, isa) {
         return add;
     }
     // The bound above holds for plain 2-bit levels; a grid's table could
@@ -957,6 +955,14 @@ fn group_fold(p: &MicroSpec, isa: &I8Isa, rows: usize) -> TokenStream {
         }
         #widen
     }
+}
+
+/// Whether a group-sum kernel's i16 pair accumulators hold several blocks
+/// before [`group_fold`] widens them (counting blocks to know when): the
+/// maddubs ISAs, but not for 4-bit levels, which fill the pairs in one
+/// block (`pair_acc`'s bound) and widen after every block.
+fn sums_span_blocks(spec: &I8Spec, isa: &I8Isa) -> bool {
+    isa.pair_sums_i16 && !(spec.bits() == 4 && !spec.codebook() && !spec.grid())
 }
 
 /// Whether `spec`'s kernels on `isa` remove the format's offset term by
@@ -1419,6 +1425,47 @@ mod tests {
         for tag in ["q4_0", "q4_k", "q2_k", "q8_0", "iq4_nl"] {
             let spec = I8Spec::from_tag(Op::Gemm { m: 32 }, tag).expect("format");
             assert!(!scratch_levels(&spec, &AVX2), "{tag}");
+        }
+    }
+
+    /// q4_0_g128 (Q4_0 levels, one f16 per 128 values) folds a group's
+    /// integer dots as TQ2_0 does, but its 4-bit levels fill maddubs' i16
+    /// pairs in one block: on AVX2 every block widens its pairs into the
+    /// group sum and zeroes them, with no block counter; the vpdpbusd GEMVs
+    /// join the masked high nibbles' `16 q` sums in the same fold.
+    #[test]
+    fn four_bit_group_sums_fold_every_block() {
+        use crate::family::int8::isa::PORTABLE;
+        for isa in [&AVX512VNNI, &AVXVNNI, &AVX2, &DOTPROD, &PORTABLE] {
+            for (op, t_sub, rows) in [(Op::Gemv, 2, 1), (Op::Gemm { m: 32 }, 1, 3)] {
+                let spec = I8Spec::from_tag(op, "q4_0_g128").expect("format");
+                assert!(group_int(&spec, isa), "{}", isa.name);
+                let what = format!("q4_0_g128 {} rows {rows}", isa.name);
+                let p = on_tile(isa, spec, 2, t_sub, rows);
+                let k = micro_kernel(&p, isa, rows).to_string();
+                assert!(!k.contains("blk"), "{what}: a block counter");
+                let body = &k[k.find("for _ in 0 .. run").expect("a block loop")..];
+                let body = &body[..body.find("ops :: scales (sg").expect("a close")];
+                for absent in ["cvti", "fmaf", "mulf"] {
+                    assert!(!body.contains(absent), "{what}: {absent} in the block loop");
+                }
+                let fold = if masked_high_nibbles(&spec, isa) {
+                    "ops :: join_hi (i_"
+                } else {
+                    "ops :: block_sum (i_"
+                };
+                assert_eq!(body.matches(fold).count(), rows * t_sub, "{what}");
+                assert_eq!(
+                    body.matches("ops :: addi (ga_").count(),
+                    rows * t_sub,
+                    "{what}"
+                );
+                if isa.pair_sums_i16 {
+                    // Zeroed at the block's start and again after the fold.
+                    let after = &body[body.find(fold).expect("a fold")..];
+                    assert_eq!(after.matches("= ops :: zero_i ()").count(), rows * t_sub);
+                }
+            }
         }
     }
 
