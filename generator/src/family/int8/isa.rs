@@ -60,16 +60,22 @@ pub struct I8Isa {
     /// Q8_0 GEMV from DRAM, 1 thread: 0.84-0.96 of the read rate against
     /// 0.88-0.98).
     pub prefetch: Option<usize>,
-    /// Only the GEMVs of formats with at most this many bits per level
-    /// prefetch ([`I8Isa::prefetch`]). On the Zen 4 VM (AVX-512 VNNI, the
-    /// GEMV micro kernels alone, 1 thread, cycles per block with and
-    /// without) the prefetches cost the 4- to 8-bit GEMVs 5-15% with the
-    /// weights in L3 (Q4_0, Q4_K, Q5_0, Q6_K, IQ4_NL) and up to 40% beyond
-    /// L3 (Q5_0, Q5_K; Q4_0 and Q4_K 15%): the hardware prefetchers keep
-    /// up with those streams and the prefetches take load slots. Beyond L3
-    /// the 2-bit GEMVs were split (k2_bb 8% and Q2_K 12% faster with,
-    /// TQ2_0 and IQ2_XXS 6-9% slower, TQ1_0 even); the Zen 5 figures above
-    /// are from k2_bb, so the 2-bit formats keep them.
+    /// Only the GEMVs of formats read at most this many bits per level
+    /// ([`I8Isa::reads`]) prefetch ([`I8Isa::prefetch`]). Set from the Zen 4
+    /// VM alone (AVX-512 VNNI; the GEMV micro kernels timed alone, 1
+    /// thread, cycles per block with and without; then kgen_peer, old and
+    /// new binaries alternating): the prefetches cost the 3- to 6-bit GEMVs
+    /// 5-15% with the weights in L3 (Q4_0, Q4_K, Q5_0, Q6_K, IQ4_NL) and up
+    /// to 40% beyond L3 (Q5_0, Q5_K; Q4_0 and Q4_K 15%): the hardware
+    /// prefetchers keep up with those streams and the prefetches take load
+    /// slots. Q8_0 was mixed (5-9% slower without in L3 in the A/B runs,
+    /// faster beyond L3). Beyond L3 the 2-bit GEMVs were split (k2_bb 8%
+    /// and Q2_K 12% faster with, TQ2_0 6-9% slower, TQ1_0 even), and the
+    /// Zen 5 figures above are k2_bb's, so the formats read at 2 bits or
+    /// fewer keep them (Q2_K, TQ1_0, TQ2_0, k2_bb, k2_pl, k1); the IQ1/IQ2
+    /// lattice formats read 3-bit indices and do not (IQ2_XXS was 6-9%
+    /// slower with). On Zen 5 this gives up the 5% Q4_K gained in L3
+    /// there (unmeasured since); Intel is unmeasured either way.
     pub prefetch_bits: u32,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see

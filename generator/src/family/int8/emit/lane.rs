@@ -1251,37 +1251,50 @@ mod tests {
     /// The x86 GEMVs (AVX2, AVX-512 VNNI) of formats within
     /// `I8Isa::prefetch_bits` ask for every cache line of a tile's block
     /// `I8Isa::prefetch` bytes ahead, once per block; their GEMMs, the
-    /// wider formats' GEMVs on AVX-512 VNNI and the ISAs without a
-    /// prefetch distance do not.
+    /// GEMVs of formats read at more bits (on AVX-512 VNNI: more than 2,
+    /// the IQ1/IQ2 lattice formats' 3-bit indices included) and the ISAs
+    /// without a prefetch distance do not.
     #[test]
     fn x86_gemvs_prefetch_their_weight_stream() {
+        assert_eq!((AVX2.prefetch_bits, AVX512VNNI.prefetch_bits), (8, 2));
+        // Format, bits per level as AVX-512 VNNI reads them, and whether
+        // its GEMV prefetches there.
+        let cases = [
+            ("q4_0", 4, false),
+            ("q8_0", 8, false),
+            ("q6_k", 6, false),
+            ("q3_k", 3, false),
+            ("iq2_xxs", 3, false),
+            ("q2_k", 2, true),
+            ("k2_bb", 2, true),
+            ("tq1_0", 2, true),
+            ("k1", 1, true),
+        ];
         for isa in [&AVX2, &AVX512VNNI] {
             let ahead = isa.prefetch.expect("x86 GEMVs prefetch");
-            for (tag, t_u, bits) in [
-                ("q4_0", 2, 4),
-                ("q8_0", 4, 8),
-                ("q2_k", 2, 2),
-                ("q6_k", 2, 6),
-                ("k2_bb", 2, 2),
-            ] {
-                let name = isa.name;
+            for (tag, bits, on_avx512) in cases {
+                let (name, t_u) = (isa.name, 2);
+                let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
+                let read = isa.reads(&spec).bits() as usize;
+                if isa.name == AVX512VNNI.name {
+                    assert_eq!(read, bits, "{name} {tag}");
+                }
+                let g = emitted_op(isa, tag, t_u, 2, Op::Gemm { m: 32 });
+                assert!(!g.contains("prefetch"), "{name} {tag} GEMM");
                 let k = emitted_op(isa, tag, t_u, 1, Op::Gemv);
-                if bits > isa.prefetch_bits as usize {
+                if isa.name == AVX512VNNI.name && !on_avx512 {
                     assert!(!k.contains("prefetch"), "{name} {tag} GEMV");
                     continue;
                 }
-                let lines = (4 * bits * t_u * isa.lanes).div_ceil(64);
+                let lines = (4 * read * t_u * isa.lanes).div_ceil(64);
                 assert_eq!(k.matches("ops :: prefetch").count(), lines, "{name} {tag}");
                 for l in 0..lines {
                     let at = format!("w . wrapping_add ({})", ahead + 64 * l);
                     assert!(k.contains(&at), "{name} {tag}: no {at}");
                 }
-                let g = emitted_op(isa, tag, t_u, 2, Op::Gemm { m: 32 });
-                assert!(!g.contains("prefetch"), "{name} {tag} GEMM");
             }
         }
-        assert_eq!((AVX2.prefetch_bits, AVX512VNNI.prefetch_bits), (8, 2));
-        for tag in ["q4_0", "q8_0", "q2_k", "q6_k", "k2_bb"] {
+        for (tag, _, _) in cases {
             let k = emitted_op(&DOTPROD, tag, 2, 1, Op::Gemv);
             assert!(!k.contains("prefetch"), "dotprod {tag}");
         }
