@@ -617,7 +617,8 @@ fn print_plan_i8(
         m_r = p.tile.m_r,
         mb = p.block.m_b,
         tb = p.block.t_b,
-        w = <kgen::family::Int8 as kgen::family::Family>::footprint(&p.spec).weight_half_bits
+        w = <kgen::family::Int8 as kgen::family::Family>::footprint(&p.spec, &p.isa())
+            .weight_half_bits
     );
     // The planner ranks tiles with the weights streamed from DRAM at any
     // shape; the GEMV roofline below gives the L3 figure beside it.

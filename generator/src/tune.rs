@@ -206,7 +206,7 @@ pub fn candidates_i8(
             if let Ok(pick) = i8model::plan(spec, isa, target, shape) {
                 let (m_b, t_b, tw) = (pick.block.m_b, pick.block.t_b, pick.lanes * pick.tile.t_u);
                 // Whole K granules (a 256-value scale group for the K-quants).
-                let qk = crate::family::int8::Int8::footprint(spec).k_granule;
+                let qk = crate::family::int8::Int8::footprint(spec, isa).k_granule;
                 let round = crate::layout::align::round_up;
                 // t_b variants only (`push` keeps one plan per tile and t_b).
                 let variants = [(m_b, round((t_b / 2).max(1), tw)), (m_b, t_b * 2), (qk, tw)];

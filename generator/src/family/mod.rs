@@ -146,8 +146,9 @@ pub trait Family: Clone + Debug + 'static {
         shape: (usize, usize),
     ) -> Vec<Self::Candidate>;
 
-    /// eq. 5's terms.
-    fn footprint(spec: &Self::Spec) -> Footprint;
+    /// eq. 5's terms for `spec`'s layout on `isa` (its weight bytes per
+    /// value depend on the scale stream the ISA's kernels read).
+    fn footprint(spec: &Self::Spec, isa: &Self::Isa) -> Footprint;
 
     fn geometry(isa: &Self::Isa, tile: Self::Tile) -> TileGeometry;
 

@@ -31,7 +31,7 @@ pub fn l1_block<F: Family>(
     tile: F::Tile,
     shape: (usize, usize),
 ) -> Option<L1Block> {
-    let fp = F::footprint(spec);
+    let fp = F::footprint(spec, isa);
     let g = F::geometry(isa, tile);
     let gamma = target.cache.l1d * 8;
     let granule = fp.k_granule;
@@ -69,7 +69,7 @@ pub fn fixed_block<F: Family>(
     tile: F::Tile,
     (m_b, t_b): (usize, usize),
 ) -> Result<L1Block, PlanError> {
-    let fp = F::footprint(spec);
+    let fp = F::footprint(spec, isa);
     let g = F::geometry(isa, tile);
     let (granule, tw) = (fp.k_granule, g.layout_cols);
     if m_b == 0 || t_b == 0 || !m_b.is_multiple_of(granule) || !t_b.is_multiple_of(tw) {

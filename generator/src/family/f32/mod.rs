@@ -93,7 +93,7 @@ impl Family for F32 {
 
     /// f32 activations and outputs; `bits` per weight (scales and zeros
     /// stream per group, outside the paper's eq. 5).
-    fn footprint(spec: &KernelSpec) -> Footprint {
+    fn footprint(spec: &KernelSpec, _isa: &Isa) -> Footprint {
         Footprint {
             act_bytes: 4,
             weight_half_bits: 2 * u64::from(spec.bits),

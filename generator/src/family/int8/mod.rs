@@ -139,14 +139,21 @@ impl Family for Int8 {
         model::rank_tiles(spec, isa, target, shape)
     }
 
-    /// int8 activations, f32 outputs, weights with their f16 scale per
-    /// 32-value block (`bits + 0.5` per value), in whole blocks along K, or
-    /// whole activation scale groups (the K-quants' 256 values: a micro
-    /// kernel folds a group before it applies the group's scale).
-    fn footprint(spec: &I8Spec) -> Footprint {
+    /// int8 activations, f32 outputs, weights with the scale stream the
+    /// ISA's kernels read beside them (an f16 per 32-value block is `bits +
+    /// 0.5` per value; the K-quants' scales and mins, per-16 scales or
+    /// integer sub-scales are more or less), rounded up to a half bit, in
+    /// whole blocks along K, or whole activation scale groups (the
+    /// K-quants' 256 values: a micro kernel folds a group before it applies
+    /// the group's scale).
+    fn footprint(spec: &I8Spec, isa: &I8Isa) -> Footprint {
+        let read = isa.reads(spec);
+        // A column's 32-value block is `block_bytes` bytes: 8 / 32 bits
+        // per value per byte, two half bits per bit.
+        let half_bits = model::block_bytes(&read, isa) / 2.0;
         Footprint {
             act_bytes: 1,
-            weight_half_bits: 2 * u64::from(spec.bits()) + 1,
+            weight_half_bits: half_bits.ceil() as u64,
             k_granule: crate::format::ggml::QK * spec.act_group(),
         }
     }

@@ -376,7 +376,7 @@ impl Roofline {
 /// Bytes of one column's 32-value block in the layout: its levels and its
 /// scale stream (f16 scales, and the mins where the format has them; or
 /// integer sub-scales and a share of the super-block's f16s).
-fn block_bytes(spec: &I8Spec, isa: &I8Isa) -> f64 {
+pub(crate) fn block_bytes(spec: &I8Spec, isa: &I8Isa) -> f64 {
     4.0 * spec.bits() as f64 + 2.0 * crate::family::int8::emit::micro::stream_entries(spec, isa)
 }
 
@@ -535,7 +535,7 @@ pub fn rank_tiles(
 /// 256-value scale group, which rules out the widest GEMV tiles on a
 /// 32 KiB L1.
 fn fits_l1(spec: &I8Spec, isa: &I8Isa, t: &TargetDesc, tile: I8Tile) -> bool {
-    let fp = Int8::footprint(spec);
+    let fp = Int8::footprint(spec, isa);
     fp.bits(tile.m_r, fp.k_granule, tile.t_u * isa.lanes) <= t.cache.l1d * 8
 }
 
@@ -799,7 +799,7 @@ pub fn plan_gemm_with(
         }
     };
     let (m_b, t_b) = (gemv.block.m_b, gemv.block.t_b);
-    let lhs = Int8::footprint(&spec).bits(tile.m_r, m_b, t_b);
+    let lhs = Int8::footprint(&spec, &isa).bits(tile.m_r, m_b, t_b);
     Ok(I8Plan {
         spec,
         tile,
@@ -818,6 +818,25 @@ pub fn plan_gemm_with(
 mod tests {
     use super::*;
     use crate::spec::Op;
+
+    /// eq. 5's weight term is the layout's bytes per value on the ISA, its
+    /// scale stream included: Q4_0's f16 per block makes 4.5 bits (9 half
+    /// bits), Q8_0's 8.5, Q4_K's scale and min 5, Q6_K's two scales per
+    /// block 7; a 3-bit format weighs more where the ISA reads it at 4 bits.
+    #[test]
+    fn footprint_counts_the_scale_stream_the_isa_reads() {
+        use crate::family::int8::isa::{AVX512VNNI, SVE256};
+        let half = |tag: &str, isa: &I8Isa| {
+            let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");
+            Int8::footprint(&spec, isa).weight_half_bits
+        };
+        assert_eq!(half("q4_0", &AVX512VNNI), 9);
+        assert_eq!(half("q8_0", &AVX512VNNI), 17);
+        assert_eq!(half("q4_k", &AVX512VNNI), 10);
+        assert_eq!(half("q6_k", &AVX512VNNI), 14);
+        assert!(!SVE256.three_bit && AVX512VNNI.three_bit);
+        assert!(half("q3_k", &SVE256) > half("q3_k", &AVX512VNNI));
+    }
 
     /// The roofline's compute side is the emitted block's bytes over its
     /// cycles; each memory level caps it, and says which bound holds.
