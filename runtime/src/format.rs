@@ -13,6 +13,7 @@
 use crate::error::Error;
 use kgen::format::ggml::GgmlType;
 use kgen::format::q4_0_g128::G128;
+use kgen::format::symmetric;
 use kgen::spec::{Group, KernelSpec, Op};
 use std::fmt;
 use std::str::FromStr;
@@ -79,15 +80,6 @@ fn syntax() -> String {
     )
 }
 
-/// The table format kgen's symmetric `bits`-bit groups are stored as.
-fn symmetric_storage(bits: u32) -> GgmlType {
-    if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
-    }
-}
-
 impl WeightFormat {
     /// GGUF Q4_0 (also kgen's symmetric 4-bit groups of 32).
     pub const Q4_0: WeightFormat = WeightFormat::Ggml(GgmlType::Q4_0);
@@ -116,8 +108,8 @@ impl WeightFormat {
                 "symmetric group {group}: use 32, 64, 128 or 256"
             )));
         }
-        Ok(if group == 32 {
-            WeightFormat::Ggml(symmetric_storage(bits))
+        Ok(if group == kgen::format::QK {
+            WeightFormat::Ggml(symmetric::storage(bits))
         } else {
             WeightFormat::Symmetric { bits, group }
         })
@@ -190,7 +182,7 @@ impl WeightFormat {
     /// symmetric groups, which the Q4_0 / Q8_0 kernels run.
     pub fn kernel_format(self) -> WeightFormat {
         match self {
-            WeightFormat::Symmetric { bits, .. } => WeightFormat::Ggml(symmetric_storage(bits)),
+            WeightFormat::Symmetric { bits, .. } => WeightFormat::Ggml(symmetric::storage(bits)),
             f => f,
         }
     }
@@ -245,7 +237,7 @@ impl FromStr for WeightFormat {
         // Symmetric groups are written as the table format they are stored as.
         let sym_bits = [4, 8]
             .into_iter()
-            .find(|&b| symmetric_storage(b).tag() == head);
+            .find(|&b| symmetric::storage(b).tag() == head);
         if let Some(bits) = sym_bits {
             let g = group
                 .trim()

@@ -6,6 +6,16 @@ use crate::format::ggml::{GgmlMatrix, GgmlType, QK};
 use crate::format::q4_0_g128::{put_q4_levels, q4_scale};
 use half::f16;
 
+/// The table format kgen's symmetric `bits`-bit groups are stored as
+/// (`bits` 4 or 8): Q4_0 or Q8_0 blocks.
+pub fn storage(bits: u32) -> GgmlType {
+    if bits == 4 {
+        GgmlType::Q4_0
+    } else {
+        GgmlType::Q8_0
+    }
+}
+
 /// Quantizes f32 weights (`k x n` row-major, `y = x W`) to symmetric `bits`
 /// levels with one scale per `group` values along K (32: exactly GGUF Q4_0 /
 /// Q8_0; larger groups put the group's scale in each of its 32-blocks), K
@@ -31,11 +41,7 @@ pub fn quantize_symmetric(w: &[f32], k: usize, n: usize, bits: u32, group: usize
             wt[j * k_pad + i] = w[i * n + j];
         }
     }
-    let dtype = if bits == 4 {
-        GgmlType::Q4_0
-    } else {
-        GgmlType::Q8_0
-    };
+    let dtype = storage(bits);
     let blocks = k_pad / QK;
     let block_bytes = dtype.block_bytes();
     let mut data = vec![0u8; n * blocks * block_bytes];
