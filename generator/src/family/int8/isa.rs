@@ -44,39 +44,9 @@ pub struct I8Isa {
     /// pipes: llvm-mca -mcpu=znver3 puts that kernel at 39 cycles per
     /// block, bound by those pipes, and a kernel-only timing measured 38.
     pub x_quad: bool,
-    /// GEMV micro kernels ask for the weight stream's cache lines this many
-    /// bytes ahead (`ops::prefetch` once per line of each block). The GEMV
-    /// reads its weights once, in layout order. On the Zen 3 VM, weights
-    /// beyond L3 (4096x11008 and 11008x4096, Q4_0 and Q4_K, 1 thread,
-    /// medians of 4 alternating rounds) read 13.4-15.9 GB/s without, 16.9-19.5
-    /// with 2048 bytes and 21.4-26.4 with 4096; 4096x4096 (in L3) did not
-    /// change. On the Zen 5 VM (AVX-512 VNNI, 4096x11008, 1 and 2 threads,
-    /// each sweep paired with a read pass of as many bytes) the 2-bit
-    /// `k2_bb` GEMV read 0.84-0.91 of the read bandwidth without, 0.98-1.02
-    /// with 4096 bytes (2048: 0.84-0.98; 8192 as 4096); Q4_0 and Q4_K were
-    /// at the bandwidth either way, and Q4_K in L3 gained about 5%. Set
-    /// where it was measured (AVX2 on Zen 3, AVX-512 VNNI on Zen 5; Intel
-    /// unmeasured). On a Zen 4 VM 8192 bytes did not beat 4096 (Q4_0 and
-    /// Q8_0 GEMV from DRAM, 1 thread: 0.84-0.96 of the read rate against
-    /// 0.88-0.98).
-    pub prefetch: Option<usize>,
-    /// Only the GEMVs of formats read at most this many bits per level
-    /// ([`I8Isa::reads`]) prefetch ([`I8Isa::prefetch`]). Set from the Zen 4
-    /// VM alone (AVX-512 VNNI; the GEMV micro kernels timed alone, 1
-    /// thread, cycles per block with and without; then kgen_peer, old and
-    /// new binaries alternating): the prefetches cost the 3- to 6-bit GEMVs
-    /// 5-15% with the weights in L3 (Q4_0, Q4_K, Q5_0, Q6_K, IQ4_NL) and up
-    /// to 40% beyond L3 (Q5_0, Q5_K; Q4_0 and Q4_K 15%): the hardware
-    /// prefetchers keep up with those streams and the prefetches take load
-    /// slots. Q8_0 was mixed (5-9% slower without in L3 in the A/B runs,
-    /// faster beyond L3). Beyond L3 the 2-bit GEMVs were split (k2_bb 8%
-    /// and Q2_K 12% faster with, TQ2_0 6-9% slower, TQ1_0 even), and the
-    /// Zen 5 figures above are k2_bb's, so the formats read at 2 bits or
-    /// fewer keep them (Q2_K, TQ1_0, TQ2_0, k2_bb, k2_pl, k1); the IQ1/IQ2
-    /// lattice formats read 3-bit indices and do not (IQ2_XXS was 6-9%
-    /// slower with). On Zen 5 this gives up the 5% Q4_K gained in L3
-    /// there (unmeasured since); Intel is unmeasured either way.
-    pub prefetch_bits: u32,
+    /// Whether and how GEMV micro kernels prefetch their weight stream
+    /// ([`Prefetch`]); `None`: they do not.
+    pub prefetch: Option<Prefetch>,
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
     /// [`crate::family::int8::emit`]'s lane kernels); `None` where the
@@ -156,6 +126,44 @@ pub struct I8Isa {
     pub three_bit: bool,
 }
 
+/// The GEMV weight-stream prefetch of an ISA ([`I8Isa::prefetch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefetch {
+    /// GEMV micro kernels ask for the weight stream's cache lines this many
+    /// bytes ahead (`ops::prefetch` once per line of each block). The GEMV
+    /// reads its weights once, in layout order. On the Zen 3 VM, weights
+    /// beyond L3 (4096x11008 and 11008x4096, Q4_0 and Q4_K, 1 thread,
+    /// medians of 4 alternating rounds) read 13.4-15.9 GB/s without, 16.9-19.5
+    /// with 2048 bytes and 21.4-26.4 with 4096; 4096x4096 (in L3) did not
+    /// change. On the Zen 5 VM (AVX-512 VNNI, 4096x11008, 1 and 2 threads,
+    /// each sweep paired with a read pass of as many bytes) the 2-bit
+    /// `k2_bb` GEMV read 0.84-0.91 of the read bandwidth without, 0.98-1.02
+    /// with 4096 bytes (2048: 0.84-0.98; 8192 as 4096); Q4_0 and Q4_K were
+    /// at the bandwidth either way, and Q4_K in L3 gained about 5%. Set
+    /// where it was measured (AVX2 on Zen 3, AVX-512 VNNI on Zen 5; Intel
+    /// unmeasured). On a Zen 4 VM 8192 bytes did not beat 4096 (Q4_0 and
+    /// Q8_0 GEMV from DRAM, 1 thread: 0.84-0.96 of the read rate against
+    /// 0.88-0.98).
+    pub ahead: usize,
+    /// Only the GEMVs of formats read at most this many bits per level
+    /// ([`I8Isa::reads`]) prefetch. Set from the Zen 4
+    /// VM alone (AVX-512 VNNI; the GEMV micro kernels timed alone, 1
+    /// thread, cycles per block with and without; then kgen_peer, old and
+    /// new binaries alternating): the prefetches cost the 3- to 6-bit GEMVs
+    /// 5-15% with the weights in L3 (Q4_0, Q4_K, Q5_0, Q6_K, IQ4_NL) and up
+    /// to 40% beyond L3 (Q5_0, Q5_K; Q4_0 and Q4_K 15%): the hardware
+    /// prefetchers keep up with those streams and the prefetches take load
+    /// slots. Q8_0 was mixed (5-9% slower without in L3 in the A/B runs,
+    /// faster beyond L3). Beyond L3 the 2-bit GEMVs were split (k2_bb 8%
+    /// and Q2_K 12% faster with, TQ2_0 6-9% slower, TQ1_0 even), and the
+    /// Zen 5 figures above are k2_bb's, so the formats read at 2 bits or
+    /// fewer keep them (Q2_K, TQ1_0, TQ2_0, k2_bb, k2_pl, k1); the IQ1/IQ2
+    /// lattice formats read 3-bit indices and do not (IQ2_XXS was 6-9%
+    /// slower with). On Zen 5 this gives up the 5% Q4_K gained in L3
+    /// there (unmeasured since); Intel is unmeasured either way.
+    pub max_bits: u32,
+}
+
 pub const AVX512VNNI: I8Isa = I8Isa {
     name: "avx512vnni",
     arch: Some(Arch::X86_64),
@@ -171,8 +179,10 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     mmla: false,
     three_bit: true,
     sve_bits: None,
-    prefetch: Some(4096),
-    prefetch_bits: 2,
+    prefetch: Some(Prefetch {
+        ahead: 4096,
+        max_bits: 2,
+    }),
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: true,
@@ -220,8 +230,10 @@ pub const AVX2: I8Isa = I8Isa {
     mmla: false,
     three_bit: true,
     sve_bits: None,
-    prefetch: Some(4096),
-    prefetch_bits: 8,
+    prefetch: Some(Prefetch {
+        ahead: 4096,
+        max_bits: 8,
+    }),
     x_quad: true,
     scratch_levels: true,
     int_sub_scales: true,
@@ -249,7 +261,6 @@ pub const DOTPROD: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: None,
-    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -293,7 +304,6 @@ pub const PORTABLE: I8Isa = I8Isa {
     three_bit: true,
     sve_bits: None,
     prefetch: None,
-    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,
@@ -323,7 +333,6 @@ pub const SVE256: I8Isa = I8Isa {
     three_bit: false,
     sve_bits: Some(256),
     prefetch: None,
-    prefetch_bits: 0,
     x_quad: false,
     scratch_levels: false,
     int_sub_scales: false,

@@ -1249,14 +1249,15 @@ mod tests {
     }
 
     /// The x86 GEMVs (AVX2, AVX-512 VNNI) of formats within
-    /// `I8Isa::prefetch_bits` ask for every cache line of a tile's block
-    /// `I8Isa::prefetch` bytes ahead, once per block; their GEMMs, the
+    /// `Prefetch::max_bits` ask for every cache line of a tile's block
+    /// `Prefetch::ahead` bytes ahead, once per block; their GEMMs, the
     /// GEMVs of formats read at more bits (on AVX-512 VNNI: more than 2,
     /// the IQ1/IQ2 lattice formats' 3-bit indices included) and the ISAs
     /// without a prefetch distance do not.
     #[test]
     fn x86_gemvs_prefetch_their_weight_stream() {
-        assert_eq!((AVX2.prefetch_bits, AVX512VNNI.prefetch_bits), (8, 2));
+        let max_bits = |isa: &I8Isa| isa.prefetch.map(|f| f.max_bits);
+        assert_eq!((max_bits(&AVX2), max_bits(&AVX512VNNI)), (Some(8), Some(2)));
         // Format, bits per level as AVX-512 VNNI reads them, and whether
         // its GEMV prefetches there.
         let cases = [
@@ -1271,7 +1272,7 @@ mod tests {
             ("k1", 1, true),
         ];
         for isa in [&AVX2, &AVX512VNNI] {
-            let ahead = isa.prefetch.expect("x86 GEMVs prefetch");
+            let ahead = isa.prefetch.expect("x86 GEMVs prefetch").ahead;
             for (tag, bits, on_avx512) in cases {
                 let (name, t_u) = (isa.name, 2);
                 let spec = I8Spec::from_tag(Op::Gemv, tag).expect("format");

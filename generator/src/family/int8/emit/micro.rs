@@ -258,22 +258,26 @@ pub(crate) fn micro_fn(
 
 /// Whether `spec`'s kernels on `isa` prefetch their weight stream
 /// ([`I8Isa::prefetch`]): GEMVs, which read each weight once, of formats
-/// within [`I8Isa::prefetch_bits`].
+/// within [`Prefetch::max_bits`](crate::family::int8::isa::Prefetch).
 pub(crate) fn prefetches(spec: &I8Spec, isa: &I8Isa) -> bool {
     // SVE kernels have their own block loop (`emit::sve`), without one.
-    isa.prefetch.is_some()
+    isa.prefetch
+        .is_some_and(|f| isa.reads(spec).bits() <= f.max_bits)
         && isa.sve_bits.is_none()
         && spec.op == crate::spec::Op::Gemv
-        && isa.reads(spec).bits() <= isa.prefetch_bits
 }
 
 /// The prefetches of one block of `block_bytes` (what `w` steps by): each
-/// of its cache lines `I8Isa::prefetch` bytes ahead; a block that is not a
+/// of its cache lines `Prefetch::ahead` bytes ahead; a block that is not a
 /// whole number of lines asks for its last line again with the next.
 /// `wrapping_add`, since the address may lie past the matrix, which a
 /// prefetch allows.
 fn prefetch_lines(p: &MicroSpec, isa: &I8Isa, block_bytes: usize) -> TokenStream {
-    let Some(ahead) = isa.prefetch.filter(|_| prefetches(&p.spec, isa)) else {
+    let Some(ahead) = isa
+        .prefetch
+        .filter(|_| prefetches(&p.spec, isa))
+        .map(|f| f.ahead)
+    else {
         return TokenStream::new();
     };
     let lines = (0..block_bytes.div_ceil(64)).map(|l| {
