@@ -186,6 +186,12 @@ pub mod q {
             core::arch::asm!("vpdpbusd {a}, {w}, ymmword ptr [{p}]", a = inout(ymm_reg) acc, w = in(ymm_reg) w, p = in(reg) p);
             acc
         }
+        // Embedded broadcast: a dot plus a broadcast load.
+        pub unsafe fn dot_bcast(acc: I, w: I, p: *const i8) -> I {
+            let mut acc = acc;
+            core::arch::asm!("vpdpbusd {a}, {w}, dword ptr [{p}]{{1to8}}", a = inout(ymm_reg) acc, w = in(ymm_reg) w, p = in(reg) p);
+            acc
+        }
         pub unsafe fn store(p: *mut f32, v: V) { _mm256_storeu_ps(p, v) }
     }
 
@@ -203,6 +209,7 @@ pub mod q {
                 }
                 let i = ops::pair_acc(ops::splati(sc as *const i32), mask, mask);
                 let i = ops::dot_mem(i, mask, w as *const u8);
+                let i = ops::dot_bcast(i, mask, x as *const i8);
                 let s = ops::or_f(ops::scales(sc as *const u16), i);
                 ops::store(y, ops::fma(a, s, ops::zero()));
             }
@@ -227,16 +234,17 @@ fn counts_a_hand_written_x86_module() {
     .unwrap();
     assert_eq!(k.k_per_iter, 32);
     let expect = Counts {
-        // zero + 4 x (fma, cvt, and15) + pair_acc 2 + dot_mem 1 + or_f 1
-        // + scales 1 + fma + zero.
-        ops: 1 + 4 * 3 + 2 + 1 + 1 + 1 + 1 + 1,
-        // 4 x (loadw, splat) + splati + dot_mem's operand + scales.
-        loads: 4 * 2 + 1 + 1 + 1,
-        // splat (broadcast_ss) and splati (set1 of a read).
-        bcast: 4 + 1,
+        // zero + 4 x (fma, cvt, and15) + pair_acc 2 + dot_mem 1
+        // + dot_bcast 1 + or_f 1 + scales 1 + fma + zero.
+        ops: 1 + 4 * 3 + 2 + 1 + 1 + 1 + 1 + 1 + 1,
+        // 4 x (loadw, splat) + splati + dot_mem's and dot_bcast's operands
+        // + scales.
+        loads: 4 * 2 + 1 + 1 + 1 + 1,
+        // splat (broadcast_ss), splati (set1 of a read), dot_bcast's {1to8}.
+        bcast: 4 + 1 + 1,
         stores: 1,
-        mac: 4 + 1 + 1 + 1,
-        dot: 2,
+        mac: 4 + 1 + 1 + 1 + 1,
+        dot: 3,
         // The five FMAs.
         fmul: 5,
     };

@@ -178,6 +178,10 @@ impl Asm {
             if m.contains("broadcast") && !first_is_mem {
                 return broadcast();
             }
+            // An EVEX embedded broadcast (`[p]{1to16}`): the load broadcasts.
+            if operands.contains("1to") && !first_is_mem {
+                return alu + broadcast();
+            }
             if m.contains("mov") || m.contains("broadcast") {
                 return mem;
             }

@@ -43,7 +43,8 @@
 //!   `prefetch*`) a load that is not full-width, as a broadcast (it takes
 //!   a load port, no vector data), `st*` a store, an Intel-syntax memory operand
 //!   (`[..]`, not an Arm lane index `z0.b[1]`) makes a `mov`/broadcast a
-//!   load or store and adds a load to any other instruction, and dot/MAC
+//!   load or store and adds a load to any other instruction (a broadcast
+//!   one for an EVEX embedded broadcast, `[p]{1to16}`), and dot/MAC
 //!   mnemonics (sdot, smmla, fmla, vpdpbusd, ...) are sub-counted as above.
 //!   Only instructions on vector, predicate or mask registers are ops:
 //!   branches and general-register bookkeeping (`add {w}, {w}, #512` with

@@ -4,6 +4,7 @@
 //! [`crate::family::int8::model::block_counts`]).
 
 use crate::family::int8::spec::I8Spec;
+use crate::spec::Op;
 use crate::target::{Arch, Feature, TargetDesc};
 
 /// One ISA of the int8 family.
@@ -44,6 +45,10 @@ pub struct I8Isa {
     /// pipes: llvm-mca -mcpu=znver3 puts that kernel at 39 cycles per
     /// block, bound by those pipes, and a kernel-only timing measured 38.
     pub x_quad: bool,
+    /// A template overlay for the GEMV micro kernels: its primitives
+    /// replace the template's of the same name there (AVX-512: dots that
+    /// broadcast their activation bytes from memory, see the file).
+    pub gemv_overlay: Option<Overlay>,
     /// Whether and how GEMV micro kernels prefetch their weight stream
     /// ([`Prefetch`]); `None`: they do not.
     pub prefetch: Option<Prefetch>,
@@ -164,6 +169,13 @@ pub struct Prefetch {
     pub max_bits: u32,
 }
 
+/// A template file that overlays an ISA's template for some kernels.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Overlay {
+    pub path: &'static str,
+    pub text: &'static str,
+}
+
 pub const AVX512VNNI: I8Isa = I8Isa {
     name: "avx512vnni",
     arch: Some(Arch::X86_64),
@@ -174,6 +186,10 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     template_path: "templates/i8/avx512vnni.rs",
     template: include_str!("../../../../templates/i8/avx512vnni.rs"),
     extends: None,
+    gemv_overlay: Some(Overlay {
+        path: "templates/i8/avx512vnni_xmem.rs",
+        text: include_str!("../../../../templates/i8/avx512vnni_xmem.rs"),
+    }),
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -206,6 +222,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     template_path: "templates/i8/avxvnni.rs",
     template: include_str!("../../../../templates/i8/avxvnni.rs"),
     extends: Some(&AVX2),
+    gemv_overlay: None,
     prefetch: None,
     x_quad: false,
     scratch_levels: false,
@@ -225,6 +242,7 @@ pub const AVX2: I8Isa = I8Isa {
     template_path: "templates/i8/avx2.rs",
     template: include_str!("../../../../templates/i8/avx2.rs"),
     extends: None,
+    gemv_overlay: None,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -255,6 +273,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     template_path: "templates/i8/dotprod.rs",
     template: include_str!("../../../../templates/i8/dotprod.rs"),
     extends: None,
+    gemv_overlay: None,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -283,6 +302,7 @@ pub const I8MM: I8Isa = I8Isa {
     template_path: "templates/i8/i8mm.rs",
     template: include_str!("../../../../templates/i8/i8mm.rs"),
     extends: Some(&DOTPROD),
+    gemv_overlay: None,
     group_bytes: 8,
     mmla: true,
     ..DOTPROD
@@ -298,6 +318,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     template_path: "templates/i8/portable.rs",
     template: include_str!("../../../../templates/i8/portable.rs"),
     extends: None,
+    gemv_overlay: None,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -327,6 +348,7 @@ pub const SVE256: I8Isa = I8Isa {
     template_path: "templates/i8/sve256.rs",
     template: include_str!("../../../../templates/i8/sve256.rs"),
     extends: None,
+    gemv_overlay: None,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -363,6 +385,33 @@ impl I8Isa {
             Some(base) => crate::emit::extend_template(base.template_file()?, own),
             None => own,
         })
+    }
+
+    /// The template `op`'s micro kernels unroll: [`Self::template_file`]
+    /// under the GEMV overlay where `op` is a GEMV.
+    pub fn template_file_for(&self, op: Op) -> Result<syn::File, String> {
+        let base = self.template_file()?;
+        Ok(match self.overlay(op) {
+            Some(o) => {
+                let own: syn::File = syn::parse_str(o.text)
+                    .map_err(|e| format!("template {} does not parse: {e}", o.path))?;
+                crate::emit::extend_template(base, own)
+            }
+            None => base,
+        })
+    }
+
+    /// The overlay `op`'s micro kernels take, if any.
+    pub fn overlay(&self, op: Op) -> Option<Overlay> {
+        self.gemv_overlay.filter(|_| op == Op::Gemv)
+    }
+
+    /// [`Self::template_chain`] with `op`'s overlay on top.
+    pub fn template_chain_for(&self, op: Op) -> String {
+        match self.overlay(op) {
+            Some(o) => format!("{} over {}", o.path, self.template_chain()),
+            None => self.template_chain(),
+        }
     }
 
     /// The template's path, with those it extends (`own over base`).
@@ -498,6 +547,47 @@ mod tests {
         );
         for isa in I8_FAMILY {
             isa.template_file().expect("every template parses");
+            isa.template_file_for(Op::Gemv)
+                .expect("every GEMV overlay parses");
+        }
+    }
+
+    /// AVX-512's GEMVs dot activation bytes straight from memory, its GEMMs
+    /// from broadcast registers. Every primitive the overlay defines but
+    /// `xvec` replaces one of the template's: a misspelt name would add a
+    /// primitive no kernel calls and leave the GEMVs as they were.
+    #[test]
+    fn the_gemv_overlay_replaces_the_dots_of_gemvs_only() {
+        let overlay = AVX512VNNI.gemv_overlay.expect("AVX-512 has one");
+        let own: syn::File = syn::parse_str(overlay.text).expect("parses");
+        let base = AVX512VNNI.template_file().expect("parses");
+        for it in &own.items {
+            if let syn::Item::Fn(f) = it {
+                let name = f.sig.ident.to_string();
+                assert!(
+                    name == "xvec" || item(&base, &name).is_some(),
+                    "{name} is not in {}",
+                    AVX512VNNI.template_path
+                );
+            }
+        }
+        let gemv = AVX512VNNI.template_file_for(Op::Gemv).expect("parses");
+        let gemm = AVX512VNNI
+            .template_file_for(Op::Gemm { m: 32 })
+            .expect("parses");
+        assert!(item(&gemv, "dot_u").expect("dot_u").contains("1to16"));
+        assert!(!item(&gemm, "dot_u").expect("dot_u").contains("1to16"));
+        assert!(item(&gemm, "bcast4").expect("bcast4").contains("set1"));
+        assert_eq!(
+            AVX512VNNI.template_chain_for(Op::Gemv),
+            "templates/i8/avx512vnni_xmem.rs over templates/i8/avx512vnni.rs"
+        );
+        assert_eq!(
+            AVX512VNNI.template_chain_for(Op::Gemm { m: 32 }),
+            AVX512VNNI.template_path
+        );
+        for isa in I8_FAMILY.iter().filter(|i| i.name != AVX512VNNI.name) {
+            assert_eq!(isa.overlay(Op::Gemv), None, "{}", isa.name);
         }
     }
 }

@@ -142,9 +142,10 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
     // of one row is not the GEMV.
     type Key = (&'static str, &'static str, bool, usize, usize, usize, usize);
     static COUNTS: OnceLock<Mutex<HashMap<Key, BlockCount>>> = OnceLock::new();
-    // The primitives differ between a format's GEMV (`prefetch`) and its
-    // scratch GEMM (`storeb`): keyed by ISA, format and those two.
-    type PrimKey = (&'static str, &'static str, bool, bool);
+    // The primitives differ between a format's GEMV (`prefetch`, the
+    // ISA's GEMV overlay) and its scratch GEMM (`storeb`): keyed by ISA,
+    // format and those three.
+    type PrimKey = (&'static str, &'static str, bool, bool, Option<&'static str>);
     static PRIMS: OnceLock<Mutex<HashMap<PrimKey, Primitives>>> = OnceLock::new();
     let key = (
         isa.name,
@@ -169,6 +170,7 @@ pub fn block_counts(spec: &I8Spec, isa: &I8Isa, tile: I8Tile) -> BlockCount {
             spec.format.tag,
             scratch_levels(spec, isa),
             crate::family::int8::emit::micro::prefetches(spec, isa),
+            isa.overlay(spec.op).map(|o| o.path),
         ))
         .or_insert_with(|| {
             let items = ops_items(spec, isa)

@@ -158,7 +158,7 @@ pub(crate) fn describe(p: &I8Plan) -> Vec<String> {
         ),
         format!(
             "template: {} (family int8, ISA {})",
-            isa.template_chain(),
+            isa.template_chain_for(p.spec.op),
             isa.name
         ),
         format!(
@@ -325,7 +325,7 @@ pub(crate) fn kernel_module(p: &I8Plan) -> Result<TokenStream, EmitError> {
 pub(crate) fn ops_items(spec: &I8Spec, isa: &I8Isa) -> Result<Vec<syn::Item>, EmitError> {
     let spec = &isa.reads(spec);
     use crate::family::int8::emit::{lane, micro};
-    let template = isa.template_file().map_err(EmitError)?;
+    let template = isa.template_file_for(spec.op).map_err(EmitError)?;
     let mut items = crate::emit::template_items(&template, isa.features);
     codebook_table(&mut items, spec, isa)?;
     grid_table(&mut items, spec, isa)?;
