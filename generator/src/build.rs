@@ -68,15 +68,20 @@ impl Default for Config {
     }
 }
 
-/// Family targets that cover every ISA of an architecture, best first: the
+/// Family targets that cover every ISA of an architecture, about best first: the
 /// kernels a portable binary carries. Each contributes its best ISA, and the
 /// last one of each architecture has no feature an f32 ISA needs, so it
 /// contributes the portable fallback (`generic-x86_64`: SSE4.2 only;
 /// `generic-aarch64-portable`: no features, next to `generic-aarch64`'s NEON).
 pub fn family_targets(arch: Arch) -> &'static [&'static str] {
     match arch {
+        // x86-64-v4-vbmi after x86-64-v4-vnni: its ISA has only the
+        // table-lookup formats' kernels, and a format it has none for
+        // falls to avx512vnni, which x86-64-v4-vnni has generated under its
+        // own name. (Dispatch orders entries by ISA rank, not by target.)
         Arch::X86_64 => &[
             "x86-64-v4-vnni",
+            "x86-64-v4-vbmi",
             "x86-64-v4",
             "x86-64-v3-vnni",
             "x86-64-v3",

@@ -13,8 +13,9 @@ use std::sync::OnceLock;
 
 /// Environment variable that forces one ISA for every selection that does not
 /// force its own ([`Registry::with_isa`]). f32 family: `avx512f`, `avx2`,
-/// `neon`, `portable`; int8 family: `avx512vnni`, `avxvnni`, `avx2`, `i8mm`,
-/// `sve256`, `dotprod`, `portable`. A forced ISA the CPU or the build lacks
+/// `neon`, `portable`; int8 family: `avx512vbmi` (table-lookup formats
+/// only), `avx512vnni`, `avxvnni`, `avx2`, `i8mm`, `sve256`, `dotprod`,
+/// `portable`. A forced ISA the CPU or the build lacks
 /// is an error, never an illegal instruction or a silent fallback.
 pub const FORCE_ISA_ENV: &str = "KGEN_FORCE_ISA";
 

@@ -486,12 +486,20 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
         let gemms = reg.runnable(WeightFormat::Ggml(t), Op::Gemm);
         for gemv in reg.runnable(WeightFormat::Ggml(t), Op::Gemv) {
             // The lane ISAs whose templates have `lo3` / `hi3` / `spill3`.
-            let bits =
-                if ["avx2", "avxvnni", "avx512vnni", "dotprod", "portable"].contains(&gemv.isa) {
-                    3
-                } else {
-                    4
-                };
+            let bits = if [
+                "avx2",
+                "avxvnni",
+                "avx512vnni",
+                "avx512vbmi",
+                "dotprod",
+                "portable",
+            ]
+            .contains(&gemv.isa)
+            {
+                3
+            } else {
+                4
+            };
             assert_eq!(gemv.bits, bits, "{t} {}", gemv.name);
             let gemm = gemms
                 .iter()
@@ -529,7 +537,14 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
 #[test]
 fn super_block_scales_pack_once_per_super_block() {
     let reg = Registry::builtin();
-    let lane = ["avx2", "avxvnni", "avx512vnni", "dotprod", "portable"];
+    let lane = [
+        "avx2",
+        "avxvnni",
+        "avx512vnni",
+        "avx512vbmi",
+        "dotprod",
+        "portable",
+    ];
     let mut ran = (0, 0);
     for t in formats().into_iter().filter(|t| t.format().block == 256) {
         let row = t.format().int8.expect("an int8 format");

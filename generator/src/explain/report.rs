@@ -98,9 +98,13 @@ pub fn int8_rows(
     shape: (usize, usize),
 ) -> Result<Vec<Row>, crate::Error> {
     let mut rows = Vec::new();
-    for isa in I8Isa::for_target(target) {
-        let gemv =
-            crate::family::int8::model::plan(&I8Spec::new(Op::Gemv, bits)?, &isa, target, shape)?;
+    let spec = I8Spec::new(Op::Gemv, bits)?;
+    // An ISA with kernels for some formats only (avx512vbmi) has no row.
+    for isa in I8Isa::for_target(target)
+        .into_iter()
+        .filter(|i| i.supports(&spec).is_ok())
+    {
+        let gemv = crate::family::int8::model::plan(&spec, &isa, target, shape)?;
         let gemm = crate::family::int8::model::plan_gemm_sharing(&gemv, m, target);
         rows.extend(i8_plan_rows(target, &[gemv, gemm])?);
     }

@@ -45,6 +45,10 @@ pub struct I8Isa {
     /// pipes: llvm-mca -mcpu=znver3 puts that kernel at 39 cycles per
     /// block, bound by those pipes, and a kernel-only timing measured 38.
     pub x_quad: bool,
+    /// Kernels only for the formats whose levels are looked up from nibble
+    /// indices (codebook and grid formats, [`I8Spec::nibble_indices`]):
+    /// the ISA it extends runs the rest with the same instructions.
+    pub table_lookup_only: bool,
     /// A template overlay for the GEMV micro kernels: its primitives
     /// replace the template's of the same name there (AVX-512: dots that
     /// broadcast their activation bytes from memory, see the file).
@@ -190,6 +194,7 @@ pub const AVX512VNNI: I8Isa = I8Isa {
         path: "templates/i8/avx512vnni_xmem.rs",
         text: include_str!("../../../../templates/i8/avx512vnni_xmem.rs"),
     }),
+    table_lookup_only: false,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -210,6 +215,25 @@ pub const AVX512VNNI: I8Isa = I8Isa {
     unsigned_dot: true,
 };
 
+/// AVX-512 VNNI plus VBMI (Ice Lake and later Intel, Zen 4, Zen 5): the
+/// table-lookup formats' nibble indices go to vpermb unmasked (see its
+/// template). Everything else is [`AVX512VNNI`]'s.
+pub const AVX512VBMI: I8Isa = I8Isa {
+    name: "avx512vbmi",
+    requires: &[
+        Feature::Avx512f,
+        Feature::Avx512bw,
+        Feature::Avx512vnni,
+        Feature::Avx512vbmi,
+    ],
+    features: &["avx512f", "avx512bw", "avx512vnni", "avx512vbmi"],
+    template_path: "templates/i8/avx512vbmi.rs",
+    template: include_str!("../../../../templates/i8/avx512vbmi.rs"),
+    extends: Some(&AVX512VNNI),
+    table_lookup_only: true,
+    ..AVX512VNNI
+};
+
 /// AVX2 with vpdpbusd (VEX): i32 dots with no saturating i16 pairs in
 /// between, so signed levels are read as `level + 128` and sub-scales stay
 /// f16 (the integer form widens maddubs' i16 pairs). No prefetch,
@@ -223,6 +247,7 @@ pub const AVXVNNI: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/avxvnni.rs"),
     extends: Some(&AVX2),
     gemv_overlay: None,
+    table_lookup_only: false,
     prefetch: None,
     x_quad: false,
     scratch_levels: false,
@@ -243,6 +268,7 @@ pub const AVX2: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/avx2.rs"),
     extends: None,
     gemv_overlay: None,
+    table_lookup_only: false,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -274,6 +300,7 @@ pub const DOTPROD: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/dotprod.rs"),
     extends: None,
     gemv_overlay: None,
+    table_lookup_only: false,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -303,6 +330,7 @@ pub const I8MM: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/i8mm.rs"),
     extends: Some(&DOTPROD),
     gemv_overlay: None,
+    table_lookup_only: false,
     group_bytes: 8,
     mmla: true,
     ..DOTPROD
@@ -319,6 +347,7 @@ pub const PORTABLE: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/portable.rs"),
     extends: None,
     gemv_overlay: None,
+    table_lookup_only: false,
     group_bytes: 4,
     signed_nibbles: false,
     mmla: false,
@@ -349,6 +378,7 @@ pub const SVE256: I8Isa = I8Isa {
     template: include_str!("../../../../templates/i8/sve256.rs"),
     extends: None,
     gemv_overlay: None,
+    table_lookup_only: false,
     group_bytes: 4,
     signed_nibbles: true,
     mmla: false,
@@ -374,7 +404,9 @@ pub const SVE256: I8Isa = I8Isa {
 /// multiply-adds per cycle with half the instructions and weight loads per
 /// column, and one replicated activation load per 16 values (indexed sdot)
 /// instead of a broadcast per 4.
-pub const I8_FAMILY: &[I8Isa] = &[AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE];
+pub const I8_FAMILY: &[I8Isa] = &[
+    AVX512VBMI, AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE,
+];
 
 impl I8Isa {
     /// This ISA's template over those it extends, parsed.
@@ -452,6 +484,15 @@ impl I8Isa {
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
         let spec = &self.reads(spec);
+        if self.table_lookup_only && !spec.nibble_indices() {
+            return Err(format!(
+                "int8 ISA {} has kernels only for formats looked up from nibble indices \
+                 (codebook and grid formats); {} runs on {}",
+                self.name,
+                spec.format_tag(),
+                self.extends.map_or("the next ISA", |b| b.name)
+            ));
+        }
         if self.group_bytes == 8 && spec.bits() == 1 {
             return Err(format!(
                 "int8 ISA {} has no {} kernels (1-bit levels have no pair layout); \
@@ -529,6 +570,41 @@ mod tests {
         })
     }
 
+    /// AVX-512 VBMI has kernels for the table-lookup formats only, with
+    /// AVX-512 VNNI's primitives but its own unmasked index split and
+    /// vpermb lookups; every other format goes to AVX-512 VNNI.
+    #[test]
+    fn avx512_vbmi_takes_the_table_lookup_formats_only() {
+        let vbmi = AVX512VBMI.template_file().expect("parses");
+        assert!(item(&vbmi, "lut").expect("lut").contains("permutexvar"));
+        assert!(item(&vbmi, "grid_lut")
+            .expect("grid_lut")
+            .contains("permutexvar"));
+        assert!(!item(&vbmi, "idx_lo").expect("idx_lo").contains("and"));
+        assert!(item(&vbmi, "nib_lo").is_some(), "the base's primitives");
+        let mut looked_up = Vec::new();
+        for f in crate::format::table::FORMATS
+            .iter()
+            .filter(|f| f.int8.is_some())
+        {
+            let spec = I8Spec::from_tag(Op::Gemv, f.tag).expect("an int8 format");
+            let ok = AVX512VBMI.supports(&spec).is_ok();
+            assert_eq!(ok, AVX512VNNI.reads(&spec).nibble_indices(), "{}", f.tag);
+            if ok {
+                looked_up.push(f.tag);
+            } else {
+                let e = AVX512VBMI.supports(&spec).unwrap_err();
+                assert!(e.contains(f.tag) && e.contains("avx512vnni"), "{e}");
+            }
+        }
+        for tag in ["iq4_nl", "iq4_xs", "mxfp4", "iq3_s", "k2_bb", "k1"] {
+            assert!(looked_up.contains(&tag), "{tag}: {looked_up:?}");
+        }
+        for tag in ["q4_0", "q4_k", "iq2_xxs", "tq2_0"] {
+            assert!(!looked_up.contains(&tag), "{tag}");
+        }
+    }
+
     /// AVX-VNNI's kernels get AVX2's primitives with its own dot; i8mm's
     /// get dotprod's sdot with their own pair-layout loads.
     #[test]
@@ -586,8 +662,10 @@ mod tests {
             AVX512VNNI.template_chain_for(Op::Gemm { m: 32 }),
             AVX512VNNI.template_path
         );
-        for isa in I8_FAMILY.iter().filter(|i| i.name != AVX512VNNI.name) {
-            assert_eq!(isa.overlay(Op::Gemv), None, "{}", isa.name);
+        // AVX-512 VBMI's GEMVs, over AVX-512 VNNI's template, take it too.
+        for isa in I8_FAMILY {
+            let avx512 = [AVX512VNNI.name, AVX512VBMI.name].contains(&isa.name);
+            assert_eq!(isa.overlay(Op::Gemv).is_some(), avx512, "{}", isa.name);
         }
     }
 }
