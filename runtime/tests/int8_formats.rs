@@ -21,6 +21,17 @@ fn formats() -> Vec<GgmlType> {
         .collect()
 }
 
+/// The ISAs whose kernels take one column per i32 lane (not the pair
+/// layouts of i8mm or the SVE asm kernels).
+const LANE_ISAS: [&str; 6] = [
+    "avx2",
+    "avxvnni",
+    "avx512vnni",
+    "avx512vbmi",
+    "dotprod",
+    "portable",
+];
+
 fn isas(reg: &Registry, t: GgmlType) -> Vec<&'static str> {
     reg.runnable(WeightFormat::Ggml(t), Op::Gemv)
         .iter()
@@ -485,21 +496,8 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
         let w = common::raw_blocks(t, k, n, 9);
         let gemms = reg.runnable(WeightFormat::Ggml(t), Op::Gemm);
         for gemv in reg.runnable(WeightFormat::Ggml(t), Op::Gemv) {
-            // The lane ISAs whose templates have `lo3` / `hi3` / `spill3`.
-            let bits = if [
-                "avx2",
-                "avxvnni",
-                "avx512vnni",
-                "avx512vbmi",
-                "dotprod",
-                "portable",
-            ]
-            .contains(&gemv.isa)
-            {
-                3
-            } else {
-                4
-            };
+            // The lane ISAs' templates have `lo3` / `hi3` / `spill3`.
+            let bits = if LANE_ISAS.contains(&gemv.isa) { 3 } else { 4 };
             assert_eq!(gemv.bits, bits, "{t} {}", gemv.name);
             let gemm = gemms
                 .iter()
@@ -537,14 +535,7 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
 #[test]
 fn super_block_scales_pack_once_per_super_block() {
     let reg = Registry::builtin();
-    let lane = [
-        "avx2",
-        "avxvnni",
-        "avx512vnni",
-        "avx512vbmi",
-        "dotprod",
-        "portable",
-    ];
+    let lane = LANE_ISAS;
     let mut ran = (0, 0);
     for t in formats().into_iter().filter(|t| t.format().block == 256) {
         let row = t.format().int8.expect("an int8 format");
