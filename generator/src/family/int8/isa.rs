@@ -45,9 +45,9 @@ pub struct I8Isa {
     /// pipes: llvm-mca -mcpu=znver3 puts that kernel at 39 cycles per
     /// block, bound by those pipes, and a kernel-only timing measured 38.
     pub x_quad: bool,
-    /// Kernels only for the formats whose levels are looked up from nibble
-    /// indices (codebook and grid formats, [`I8Spec::nibble_indices`]):
-    /// the ISA it extends runs the rest with the same instructions.
+    /// Kernels only for the formats whose levels are looked up from a table
+    /// (codebook and grid formats, [`I8Spec::table_lookup`]): the ISA it
+    /// extends runs the rest with the same instructions.
     pub table_lookup_only: bool,
     /// A template overlay for the GEMV micro kernels: its primitives
     /// replace the template's of the same name there (AVX-512: dots that
@@ -484,9 +484,9 @@ impl I8Isa {
     /// [`I8_FAMILY`].)
     pub fn supports(&self, spec: &I8Spec) -> Result<(), String> {
         let spec = &self.reads(spec);
-        if self.table_lookup_only && !spec.nibble_indices() {
+        if self.table_lookup_only && !spec.table_lookup() {
             return Err(format!(
-                "int8 ISA {} has kernels only for formats looked up from nibble indices \
+                "int8 ISA {} has kernels only for the table-lookup formats \
                  (codebook and grid formats); {} runs on {}",
                 self.name,
                 spec.format_tag(),
@@ -571,8 +571,8 @@ mod tests {
     }
 
     /// AVX-512 VBMI has kernels for the table-lookup formats only, with
-    /// AVX-512 VNNI's primitives but its own unmasked index split and
-    /// vpermb lookups; every other format goes to AVX-512 VNNI.
+    /// AVX-512 VNNI's primitives but its own unmasked index splits (4- and
+    /// 3-bit) and vpermb lookups; every other format goes to AVX-512 VNNI.
     #[test]
     fn avx512_vbmi_takes_the_table_lookup_formats_only() {
         let vbmi = AVX512VBMI.template_file().expect("parses");
@@ -580,7 +580,8 @@ mod tests {
         assert!(item(&vbmi, "grid_lut")
             .expect("grid_lut")
             .contains("permutexvar"));
-        assert!(!item(&vbmi, "idx_lo").expect("idx_lo").contains("and"));
+        assert!(item(&vbmi, "idx_lo").expect("idx_lo").ends_with("{ w }"));
+        assert!(item(&vbmi, "lo3").expect("lo3").ends_with("{ w }"));
         assert!(item(&vbmi, "nib_lo").is_some(), "the base's primitives");
         let mut looked_up = Vec::new();
         for f in crate::format::table::FORMATS
@@ -589,7 +590,7 @@ mod tests {
         {
             let spec = I8Spec::from_tag(Op::Gemv, f.tag).expect("an int8 format");
             let ok = AVX512VBMI.supports(&spec).is_ok();
-            assert_eq!(ok, AVX512VNNI.reads(&spec).nibble_indices(), "{}", f.tag);
+            assert_eq!(ok, spec.table_lookup(), "{}", f.tag);
             if ok {
                 looked_up.push(f.tag);
             } else {
@@ -597,10 +598,12 @@ mod tests {
                 assert!(e.contains(f.tag) && e.contains("avx512vnni"), "{e}");
             }
         }
-        for tag in ["iq4_nl", "iq4_xs", "mxfp4", "iq3_s", "k2_bb", "k1"] {
+        for tag in [
+            "iq4_nl", "iq4_xs", "mxfp4", "iq3_s", "iq2_xxs", "iq1_s", "k2_bb", "k1",
+        ] {
             assert!(looked_up.contains(&tag), "{tag}: {looked_up:?}");
         }
-        for tag in ["q4_0", "q4_k", "iq2_xxs", "tq2_0"] {
+        for tag in ["q4_0", "q4_k", "q3_k", "tq2_0"] {
             assert!(!looked_up.contains(&tag), "{tag}");
         }
     }

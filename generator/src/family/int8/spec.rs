@@ -157,12 +157,9 @@ impl I8Spec {
         self.format.grid_tables()
     }
 
-    /// Levels looked up from nibble indices (`idx_lo` / `idx_hi`, then
-    /// `lut` or `grid_lut`): the grid formats, and the codebook ones read
-    /// at 4 bits (the IQ1 / IQ2 lattice codebooks are read at 3 on the
-    /// lane ISAs with 3-bit unpacks, see `I8Isa::reads`).
-    pub fn nibble_indices(&self) -> bool {
-        self.grid() || (self.codebook() && self.bits() == 4)
+    /// Levels looked up from indices of a table: codebook and grid formats.
+    pub fn table_lookup(&self) -> bool {
+        self.grid() || self.codebook()
     }
 
     /// The codebook of a codebook format.

@@ -419,9 +419,13 @@ fn codebook_table(items: &mut [syn::Item], spec: &I8Spec, isa: &I8Isa) -> Result
     // ISAs that read signed levels as `level + 128` look up the shifted
     // table (unsigned bytes, written as their i8 bit patterns).
     let shift = if isa.offsets_signed(spec) { 128 } else { 0 };
-    let vals = values
-        .iter()
-        .map(|&v| Literal::i8_unsuffixed((i32::from(v) + shift) as u8 as i8));
+    // Read at 3 bits (the lattice codebooks' 8 levels), entries 8..16
+    // repeat 0..8: a lookup that reads index bits above the level's
+    // (`avx512vbmi`'s unmasked `lo3` / `hi3`) then finds the same level.
+    let period = if spec.bits() == 3 { 8 } else { 16 };
+    let vals = (0..16)
+        .map(|i| values[i % period])
+        .map(|v| Literal::i8_unsuffixed((i32::from(v) + shift) as u8 as i8));
     let doc = if shift == 0 {
         " The format's codebook: int8 level of each 4-bit index."
     } else {
