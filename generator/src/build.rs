@@ -504,6 +504,23 @@ mod tests {
         assert_eq!(Config::new().int8(8).int8, ["q8_0"]);
     }
 
+    /// The x86 family: x86-64-v4-vbmi contributes the table-lookup formats'
+    /// avx512vbmi kernels and nothing else; x86-64-v4-vnni still carries
+    /// avx512vnni IQ4_NL kernels for AVX-512 CPUs without VBMI, and Q4_0's.
+    #[test]
+    fn the_vbmi_target_adds_only_table_lookup_kernels() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = Config::new().int8_format("iq4_nl").int8(4);
+        c.runtime_path = "crate".into();
+        c.generate_to(dir.path(), Arch::X86_64).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        let vbmi = read("iq4_nl__x86-64-v4-vbmi.rs");
+        assert!(vbmi.contains("iq4_nl_gemv_1x64__avx512vbmi") && !vbmi.contains("__avx512vnni"));
+        assert!(read("iq4_nl__x86-64-v4-vnni.rs").contains("__avx512vnni"));
+        assert!(read("q4_0__x86-64-v4-vnni.rs").contains("__avx512vnni"));
+        assert!(!dir.path().join("q4_0__x86-64-v4-vbmi.rs").exists());
+    }
+
     /// IQ4_NL on the aarch64 family: the sve256 target, whose best ISA has
     /// no codebook kernels, contributes the next one (dotprod), and no
     /// sve256 IQ4_NL kernel exists; Q4_0 still gets sve256.

@@ -535,7 +535,6 @@ fn three_bit_formats_pack_at_the_bits_their_kernels_read() {
 #[test]
 fn super_block_scales_pack_once_per_super_block() {
     let reg = Registry::builtin();
-    let lane = LANE_ISAS;
     let mut ran = (0, 0);
     for t in formats().into_iter().filter(|t| t.format().block == 256) {
         let row = t.format().int8.expect("an int8 format");
@@ -549,7 +548,7 @@ fn super_block_scales_pack_once_per_super_block() {
             let what = format!("{t} {}", gemv.name);
             assert_eq!(
                 p.group_scales,
-                row.group_scale && lane.contains(&gemv.isa),
+                row.group_scale && LANE_ISAS.contains(&gemv.isa),
                 "{what}"
             );
             assert_eq!(

@@ -42,16 +42,19 @@ pub unsafe fn hi3(w: I) -> I {
     _mm512_srli_epi16::<4>(w)
 }
 
-/// Codebook levels of 64 indices (bits 0..4; bits 4..8 ignored): one
-/// vpermb of the table in all four 128-bit lanes (a loop-invariant load).
+/// Codebook levels of 64 indices in bits 0..4: one vpermb of the table in
+/// all four 128-bit lanes (a loop-invariant load). Bits 4..6 of an index
+/// pick a copy of the table, bits 6..8 are ignored; a 3-bit index's bit 3
+/// picks the half that repeats its 8 levels.
 #[inline(always)]
 pub unsafe fn lut(idx: I) -> I {
     let t = _mm512_broadcast_i32x4(_mm_loadu_si128(CODEBOOK.as_ptr() as *const __m128i));
     _mm512_permutexvar_epi8(idx, t)
 }
 
-/// Levels of index field `C` of 64 nibble indices (bits 0..4; bits 4..8
-/// ignored): one vpermb of the field's table in all four 128-bit lanes.
+/// Levels of index field `C` of 64 nibble indices in bits 0..4 (bits above
+/// pick a copy of the table or are ignored, as in [`lut`]): one vpermb of
+/// the field's table in all four 128-bit lanes.
 #[inline(always)]
 pub unsafe fn grid_lut<const C: usize>(idx: I) -> I {
     let t = _mm512_broadcast_i32x4(_mm_loadu_si128(GRID[C].as_ptr() as *const __m128i));

@@ -275,7 +275,8 @@ pub unsafe fn hi3(w: I) -> I {
 
 /// The fourth chunk from the bits 3 and 7 of stored chunks `a`, `b`, `c`
 /// (bit 0, 1, 2 of each level): two bit selects (0xE4: c ? a : b) merge
-/// the shifted chunks, [`lo3`] and [`hi3`] mask what they bring along.
+/// the shifted chunks, [`lo3`] and [`hi3`] mask what they bring along (on
+/// avx512vbmi, which leaves them unmasked, the lookup table ignores it).
 #[inline(always)]
 pub unsafe fn spill3(a: I, b: I, c: I) -> I {
     let ab = _mm512_ternarylogic_epi32::<0xE4>(

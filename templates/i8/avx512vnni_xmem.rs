@@ -7,10 +7,11 @@
 // `vpbroadcastd zmm, m32` is issued per 4 bytes of a row. On Zen 4 that
 // broadcast takes a vector-pipe slot, and a GEMV block of 64 columns issues
 // 8 of them beside 32 dots: the Q4_0 1x64 kernel timed alone went from 55
-// to 53 cycles per block, and kgen_peer measured Q4_0 GEMV 7% and Q8_0 GEMV
-// 28% faster (4096x4096 in L3, 1 thread). The GEMM tiles keep register
-// broadcasts: each is read by several dots there, and the same A/B had the
-// K-quant GEMMs 2-5% slower with this overlay (Q6_K's 7% faster).
+// to 53 cycles per block, and kgen_peer measured the GEMVs of Q4_0 5%, Q8_0
+// 7-15% and Q6_K 11% faster (4096x4096 in L3, 1 thread). The GEMM tiles
+// keep register broadcasts: each is read by the dots of every column group
+// of a row there, and with this overlay on every kernel the K-quant GEMMs
+// were 2-5% slower.
 use core::arch::x86_64::*;
 
 /// 4 activation bytes for every lane, left in memory (a pointer to them):

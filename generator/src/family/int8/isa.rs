@@ -59,8 +59,10 @@ pub struct I8Isa {
     /// The `asm!` register class of an integer vector, where the micro
     /// kernels fence their accumulators after every chunk (see
     /// [`crate::family::int8::emit`]'s lane kernels); `None` where the
-    /// dot instruction is itself an `asm!` block (aarch64) or there is no
-    /// instruction set to name (portable).
+    /// aarch64 dots are `asm!` blocks LLVM does not reorder or there is no
+    /// instruction set to name (portable). (AVX-512's GEMV dots are `asm!`
+    /// too, [`Self::gemv_overlay`], and keep the fence: the pointers it
+    /// takes keep each chunk's broadcasts below the previous fence.)
     pub fence_class: Option<&'static str>,
     /// The fence also takes the weight and activation pointers, so no load
     /// of a chunk moves above the previous chunk's fence: with 32 registers
@@ -570,6 +572,50 @@ mod tests {
         })
     }
 
+    /// vpermb finds an unmasked index's level in the 16-entry table of its
+    /// 128-bit lane at `index & 15`: for codebooks read at 3 bits (whose
+    /// `lo3` / `hi3` leave bit 3, a bit of the fourth chunk, in place) the
+    /// emitted table must repeat its 8 levels. Checked on the emitted
+    /// `CODEBOOK`, whatever CPU runs the test.
+    #[test]
+    fn three_bit_codebooks_repeat_for_unmasked_lookups() {
+        use crate::family::int8::emit::ops_items;
+        let mut three = 0;
+        for f in crate::format::table::FORMATS
+            .iter()
+            .filter(|f| f.int8.is_some())
+        {
+            let spec = I8Spec::from_tag(Op::Gemv, f.tag).expect("an int8 format");
+            if !spec.codebook() {
+                continue;
+            }
+            let items = ops_items(&spec, &AVX512VBMI).expect("vbmi primitives");
+            let table = items
+                .iter()
+                .find_map(|i| match i {
+                    syn::Item::Const(c) if c.ident == "CODEBOOK" => {
+                        Some(c.expr.to_token_stream().to_string())
+                    }
+                    _ => None,
+                })
+                .expect("a CODEBOOK");
+            let vals: Vec<i32> = table
+                .trim_matches(|c| c == '[' || c == ']' || c == ' ')
+                .split(',')
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| v.replace(' ', "").parse().expect("an integer"))
+                .collect();
+            assert_eq!(vals.len(), 16, "{}: {table}", f.tag);
+            if AVX512VBMI.reads(&spec).bits() == 3 {
+                three += 1;
+                for (i, v) in vals.iter().enumerate() {
+                    assert_eq!(*v, vals[i & 7], "{} entry {i}: {table}", f.tag);
+                }
+            }
+        }
+        assert!(three >= 5, "the IQ1 / IQ2 lattice formats: {three}");
+    }
+
     /// AVX-512 VBMI has kernels for the table-lookup formats only, with
     /// AVX-512 VNNI's primitives but its own unmasked index splits (4- and
     /// 3-bit) and vpermb lookups; every other format goes to AVX-512 VNNI.
@@ -580,8 +626,21 @@ mod tests {
         assert!(item(&vbmi, "grid_lut")
             .expect("grid_lut")
             .contains("permutexvar"));
-        assert!(item(&vbmi, "idx_lo").expect("idx_lo").ends_with("{ w }"));
-        assert!(item(&vbmi, "lo3").expect("lo3").ends_with("{ w }"));
+        for (lo, hi) in [("idx_lo", "idx_hi"), ("lo3", "hi3")] {
+            assert!(item(&vbmi, lo).expect(lo).ends_with("{ w }"), "{lo}");
+            let hi = item(&vbmi, hi).expect(hi);
+            assert!(
+                hi.contains("srli_epi16 :: < 4 >") && !hi.contains("_and_"),
+                "{hi}"
+            );
+        }
+        for lut in ["lut", "grid_lut"] {
+            let f = item(&vbmi, lut).expect(lut);
+            assert!(
+                f.contains("broadcast_i32x4") && f.contains("permutexvar_epi8"),
+                "{f}"
+            );
+        }
         assert!(item(&vbmi, "nib_lo").is_some(), "the base's primitives");
         let mut looked_up = Vec::new();
         for f in crate::format::table::FORMATS
