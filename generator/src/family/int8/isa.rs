@@ -410,11 +410,15 @@ pub const I8_FAMILY: &[I8Isa] = &[
     AVX512VBMI, AVX512VNNI, AVXVNNI, AVX2, I8MM, SVE256, DOTPROD, PORTABLE,
 ];
 
+/// A template file's text (`path` names it in the error).
+fn parse_template(path: &str, text: &str) -> Result<syn::File, String> {
+    syn::parse_str(text).map_err(|e| format!("template {path} does not parse: {e}"))
+}
+
 impl I8Isa {
     /// This ISA's template over those it extends, parsed.
     pub fn template_file(&self) -> Result<syn::File, String> {
-        let own: syn::File = syn::parse_str(self.template)
-            .map_err(|e| format!("template {} does not parse: {e}", self.template_path))?;
+        let own = parse_template(self.template_path, self.template)?;
         Ok(match self.extends {
             Some(base) => crate::emit::extend_template(base.template_file()?, own),
             None => own,
@@ -426,11 +430,7 @@ impl I8Isa {
     pub fn template_file_for(&self, op: Op) -> Result<syn::File, String> {
         let base = self.template_file()?;
         Ok(match self.overlay(op) {
-            Some(o) => {
-                let own: syn::File = syn::parse_str(o.text)
-                    .map_err(|e| format!("template {} does not parse: {e}", o.path))?;
-                crate::emit::extend_template(base, own)
-            }
+            Some(o) => crate::emit::extend_template(base, parse_template(o.path, o.text)?),
             None => base,
         })
     }

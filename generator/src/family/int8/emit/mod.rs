@@ -426,19 +426,20 @@ fn codebook_table(items: &mut [syn::Item], spec: &I8Spec, isa: &I8Isa) -> Result
     let vals = (0..16)
         .map(|i| values[i % period])
         .map(|v| Literal::i8_unsuffixed((i32::from(v) + shift) as u8 as i8));
-    let doc = match (shift, period) {
-        (0, 16) => " The format's codebook: int8 level of each 4-bit index.",
-        (_, 16) => {
-            " The format's codebook: int8 level of each 4-bit index plus 128, as an unsigned byte."
-        }
-        (0, _) => {
-            " The format's codebook: int8 level of each 3-bit index, entries 8..16 repeating 0..8."
-        }
-        _ => {
-            " The format's codebook: int8 level of each 3-bit index plus 128, as an unsigned \
-             byte, entries 8..16 repeating 0..8."
-        }
-    };
+    let doc = format!(
+        " The format's codebook: int8 level of each {}-bit index{}{}.",
+        if period == 8 { 3 } else { 4 },
+        if shift == 0 {
+            ""
+        } else {
+            " plus 128, as an unsigned byte"
+        },
+        if period == 8 {
+            ", entries 8..16 repeating 0..8"
+        } else {
+            ""
+        },
+    );
     replace_item(
         items,
         "CODEBOOK",
