@@ -638,7 +638,19 @@ fn print_plan_i8(
         bound.what,
         limits
             .iter()
-            .map(|l| format!("{} {} / {} = {:.1}", l.what, l.count, l.units, l.cycles()))
+            .map(|l| {
+                let count = if l.extra > 0 {
+                    format!(
+                        "{} + {} for byte shuffles' further slots = {}",
+                        l.count - l.extra,
+                        l.extra,
+                        l.count
+                    )
+                } else {
+                    l.count.to_string()
+                };
+                format!("{} {count} / {} = {:.1}", l.what, l.units, l.cycles())
+            })
             .collect::<Vec<_>>()
             .join(", "),
         if count.approximate {

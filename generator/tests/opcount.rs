@@ -123,6 +123,7 @@ fn counts_a_hand_written_aarch64_module() {
         dot: 2 * 2,
         // fmaf.
         fmul: 1,
+        shuf: 0,
     };
     assert_eq!(k.per_iter, expect);
     assert_eq!(k.k_per_iter, 32, "xq advances 16 twice per iteration");
@@ -192,6 +193,14 @@ pub mod q {
             core::arch::asm!("vpdpbusd {a}, {w}, dword ptr [{p}]{{1to8}}", a = inout(ymm_reg) acc, w = in(ymm_reg) w, p = in(reg) p);
             acc
         }
+        // A byte shuffle (a table lookup): 1 op, counted apart.
+        pub unsafe fn lut(t: I, w: I) -> I { _mm256_shuffle_epi8(t, w) }
+        // The same written as asm: 1 op, counted apart.
+        pub unsafe fn lut_asm(t: I, w: I) -> I {
+            let mut w = w;
+            core::arch::asm!("vpermb {w}, {w}, {t}", w = inout(ymm_reg) w, t = in(ymm_reg) t);
+            w
+        }
         pub unsafe fn store(p: *mut f32, v: V) { _mm256_storeu_ps(p, v) }
     }
 
@@ -210,6 +219,7 @@ pub mod q {
                 let i = ops::pair_acc(ops::splati(sc as *const i32), mask, mask);
                 let i = ops::dot_mem(i, mask, w as *const u8);
                 let i = ops::dot_bcast(i, mask, x as *const i8);
+                let i = ops::lut_asm(mask, ops::lut(mask, i));
                 let s = ops::or_f(ops::scales(sc as *const u16), i);
                 ops::store(y, ops::fma(a, s, ops::zero()));
             }
@@ -235,8 +245,8 @@ fn counts_a_hand_written_x86_module() {
     assert_eq!(k.k_per_iter, 32);
     let expect = Counts {
         // zero + 4 x (fma, cvt, and15) + pair_acc 2 + dot_mem 1
-        // + dot_bcast 1 + or_f 1 + scales 1 + fma + zero.
-        ops: 1 + 4 * 3 + 2 + 1 + 1 + 1 + 1 + 1 + 1,
+        // + dot_bcast 1 + lut, lut_asm + or_f 1 + scales 1 + fma + zero.
+        ops: 1 + 4 * 3 + 2 + 1 + 1 + 2 + 1 + 1 + 1 + 1,
         // 4 x (loadw, splat) + splati + dot_mem's and dot_bcast's operands
         // + scales.
         loads: 4 * 2 + 1 + 1 + 1 + 1,
@@ -247,6 +257,8 @@ fn counts_a_hand_written_x86_module() {
         dot: 3,
         // The five FMAs.
         fmul: 5,
+        // lut and lut_asm.
+        shuf: 2,
     };
     assert_eq!(k.per_iter, expect);
     assert!(k.unclassified.is_empty(), "{:?}", k.unclassified);
@@ -403,6 +415,7 @@ fn counts_a_block_loop_written_in_asm() {
         dot: 2,
         // fmla.
         fmul: 1,
+        shuf: 0,
     };
     assert_eq!(k.per_iter, expect);
     assert!(k.notes.iter().any(|n| n.contains("asm")), "{:?}", k.notes);

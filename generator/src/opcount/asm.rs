@@ -159,6 +159,12 @@ impl Asm {
             Class::Mac { dot: false }
         } else if ["vmulps", "vmulpd", "mulps", "mulpd", "fmul"].contains(&m.as_str()) {
             Class::FMul
+        } else if [
+            "vpshufb", "pshufb", "vpermb", "vpermi2b", "vpermt2b", "tbl", "tbx",
+        ]
+        .contains(&m.as_str())
+        {
+            Class::Shuffle
         } else {
             Class::Op
         };

@@ -52,7 +52,7 @@ pub(crate) fn is_const(e: &Expr, arch: Option<Arch>) -> bool {
             Some(Class::Const | Class::Splat | Class::Free) => {
                 c.args.iter().all(|a| is_const(a, arch))
             }
-            Some(Class::Load | Class::Op | Class::FMul) => {
+            Some(Class::Load | Class::Op | Class::FMul | Class::Shuffle) => {
                 !c.args.is_empty() && c.args.iter().all(|a| is_const(a, arch))
             }
             _ => false,
@@ -177,6 +177,10 @@ impl BodyCounter<'_> {
             Class::FMul => {
                 self.counts.ops += 1;
                 self.counts.fmul += 1;
+            }
+            Class::Shuffle => {
+                self.counts.ops += 1;
+                self.counts.shuf += 1;
             }
             Class::Free => {}
             Class::Const | Class::Splat | Class::Op => self.counts.ops += 1,

@@ -22,6 +22,9 @@ pub(crate) enum Class {
     /// A float multiply (not accumulating): on cores whose dots issue on
     /// the FMA pipes it takes a dot slot, as an FMA does.
     FMul,
+    /// A byte shuffle (`vpshufb`, `vpermb`, `tbl`): a table lookup of the
+    /// codebook and grid formats, counted apart for `core.shuffle_slots`.
+    Shuffle,
     Op,
 }
 
@@ -101,6 +104,15 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     {
         return Class::Mac { dot: false };
     }
+    if has("shuffle_epi8")
+        || has("permutexvar_epi8")
+        || has("permutex2var_epi8")
+        || starts("vqtbl")
+        || starts("vtbl")
+        || starts("svtbl")
+    {
+        return Class::Shuffle;
+    }
     if has("_mul_p") || has("_mul_round_p") || ((starts("vmul") || starts("svmul")) && has("_f")) {
         return Class::FMul;
     }
@@ -146,6 +158,11 @@ pub(crate) fn one(c: Class) -> Counts {
         Class::FMul => Counts {
             ops: 1,
             fmul: 1,
+            ..Counts::default()
+        },
+        Class::Shuffle => Counts {
+            ops: 1,
+            shuf: 1,
             ..Counts::default()
         },
         Class::Free => Counts::default(),
@@ -207,6 +224,29 @@ mod tests {
         assert_eq!((dot.mac, dot.dot, dot.fmul), (1, 1, 0));
         assert_eq!(c("_mm512_mullo_epi32").fmul, 0);
         assert_eq!(c("_mm512_cvtepi32_ps").fmul, 0);
+    }
+
+    /// Table lookups are counted apart, as ops that may take more than one
+    /// issue slot; other shuffles and permutes are plain ops.
+    #[test]
+    fn byte_shuffles_are_counted_apart() {
+        let c = |n: &str| one(classify_intrinsic(n));
+        for n in [
+            "_mm512_shuffle_epi8",
+            "_mm256_shuffle_epi8",
+            "_mm512_permutexvar_epi8",
+            "vqtbl1q_s8",
+            "svtbl_s8",
+        ] {
+            assert_eq!((c(n).ops, c(n).shuf), (1, 1), "{n}");
+        }
+        for n in [
+            "_mm512_permutexvar_epi32",
+            "_mm512_unpacklo_epi8",
+            "vzip1q_s8",
+        ] {
+            assert_eq!((c(n).ops, c(n).shuf), (1, 0), "{n}");
+        }
     }
 
     #[test]

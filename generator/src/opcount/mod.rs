@@ -112,6 +112,10 @@ pub struct Counts {
     /// among `ops`: what shares the dot pipes on a core that issues its
     /// dots on its FMA pipes (`core.dots_share_fma`).
     pub fmul: u64,
+    /// Byte shuffles among `ops` (`vpshufb`, `vpermb`, `tbl`): the table
+    /// lookups of the codebook and grid formats, which take more than one
+    /// vector issue slot on some cores (`core.shuffle_slots`).
+    pub shuf: u64,
 }
 
 impl Add for Counts {
@@ -125,6 +129,7 @@ impl Add for Counts {
             mac: self.mac + o.mac,
             dot: self.dot + o.dot,
             fmul: self.fmul + o.fmul,
+            shuf: self.shuf + o.shuf,
         }
     }
 }
@@ -148,6 +153,7 @@ impl Counts {
             mac: d(self.mac),
             dot: d(self.dot),
             fmul: d(self.fmul),
+            shuf: d(self.shuf),
         }
     }
 }
@@ -163,6 +169,7 @@ impl Mul<u64> for Counts {
             mac: self.mac * k,
             dot: self.dot * k,
             fmul: self.fmul * k,
+            shuf: self.shuf * k,
         }
     }
 }

@@ -103,9 +103,20 @@ pub struct Core {
     /// leaves it out.
     #[serde(default = "default_vector_window")]
     pub vector_window: u32,
+    /// Vector issue slots a byte shuffle (`vpshufb`, `vpermb`, `tbl`) takes
+    /// in the "vector ops" limit, where the table lookups of the codebook
+    /// and grid formats cost more than other ops: on Zen 4 (zmm) the
+    /// lookup GEMVs run as if each took two. 1 when a file leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shuffle_slots: Option<u32>,
 }
 
 impl Core {
+    /// [`Core::shuffle_slots`], or 1.
+    pub fn shuffle_slots(&self) -> u32 {
+        self.shuffle_slots.unwrap_or(1)
+    }
+
     /// [`Core::broadcast_loads`], or `load_units` when the file has none
     /// (never fewer than the full-width loads).
     pub fn broadcast_loads(&self) -> u32 {

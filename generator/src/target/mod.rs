@@ -147,6 +147,7 @@ mod tests {
                 broadcast_loads: None,
                 dots_share_fma: false,
                 vector_window: 128,
+                shuffle_slots: None,
             },
             memory: Memory {
                 bandwidth_gbs: 60.0,

@@ -49,6 +49,7 @@ pub fn detect() -> TargetDesc {
 
     let amd = amd_family();
     let dots_share_fma = dots_share_fma(&features, amd);
+    let shuffle_slots = shuffle_slots(&features, amd);
     TargetDesc {
         name: "native".to_string(),
         description: cpu_model(),
@@ -71,6 +72,7 @@ pub fn detect() -> TargetDesc {
             broadcast_loads: None,
             dots_share_fma,
             vector_window: 128,
+            shuffle_slots,
         },
         // A conservative two-channel desktop figure, used only by the model.
         memory: Memory {
@@ -435,6 +437,13 @@ fn convert_units(amd_family: Option<u32>) -> u32 {
 /// family's other parts; elsewhere not measured, so not assumed.
 fn dots_share_fma(features: &[Feature], amd_family: Option<u32>) -> bool {
     amd_family == Some(0x1A) && features.contains(&Feature::Avx512vnni)
+}
+
+/// Issue slots of a byte shuffle (`core.shuffle_slots`): measured on a
+/// Zen 4 EPYC (AMD family 0x19 with AVX-512; Zen 3, the same family, has
+/// none), elsewhere not assumed.
+fn shuffle_slots(features: &[Feature], amd_family: Option<u32>) -> Option<u32> {
+    (amd_family == Some(0x19) && features.contains(&Feature::Avx512vnni)).then_some(2)
 }
 
 /// Vector pipes beside the two FMA pipes: Zen's FP2 and FP3 (four FP pipes

@@ -249,6 +249,7 @@ pub fn unpack_share(unpack: Counts, spec: &I8Spec, tile: I8Tile) -> Counts {
         mac: share(unpack.mac),
         dot: share(unpack.dot),
         fmul: share(unpack.fmul),
+        shuf: share(unpack.shuf),
     }
 }
 
@@ -283,6 +284,9 @@ pub struct Limit {
     pub units: u32,
     /// A limit of the load ports (what [`crowded`] looks for).
     pub load: bool,
+    /// Of `count`, the issue slots byte shuffles take beyond their one
+    /// each (`core.shuffle_slots`; 0 on the other limits).
+    pub extra: u64,
 }
 
 impl Limit {
@@ -292,18 +296,21 @@ impl Limit {
 }
 
 /// The limits on one 32-value block of a micro tile on one core of `t`:
-/// every vector op issues on an FMA or ALU pipe, dots on the dot pipes
+/// every vector op issues on an FMA or ALU pipe (a byte shuffle taking
+/// `shuffle_slots` of them), dots on the dot pipes
 /// (with the float multiplies and FMAs where `dots_share_fma`),
 /// full-width loads on `load_units`, and all loads (broadcasts included)
 /// on `broadcast_loads`.
 pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
     let core = &t.core;
+    let extra = c.shuf * u64::from(core.shuffle_slots().saturating_sub(1));
     let dots = if core.dots_share_fma {
         Limit {
             what: "dots + FP multiplies",
             count: c.dot + c.fmul,
             units: core.dot_units,
             load: false,
+            extra: 0,
         }
     } else {
         Limit {
@@ -311,14 +318,16 @@ pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
             count: c.dot,
             units: core.dot_units,
             load: false,
+            extra: 0,
         }
     };
     [
         Limit {
             what: "vector ops",
-            count: c.ops,
+            count: c.ops + extra,
             units: core.vector_alu_units + core.fma_units,
             load: false,
+            extra,
         },
         dots,
         Limit {
@@ -326,12 +335,14 @@ pub fn limits(c: &Counts, t: &TargetDesc) -> [Limit; 4] {
             count: c.loads - c.bcast,
             units: core.load_units,
             load: true,
+            extra: 0,
         },
         Limit {
             what: "loads",
             count: c.loads,
             units: core.broadcast_loads(),
             load: true,
+            extra: 0,
         },
     ]
 }
@@ -917,6 +928,38 @@ mod tests {
             assert_eq!(c.dot as usize, 10 * m_r * t_sub, "{tile:?}");
             assert_eq!(limits(&c, &t)[1].count, c.dot, "{tile:?}");
         }
+    }
+
+    /// On Zen 4 a byte shuffle takes two vector issue slots
+    /// (`core.shuffle_slots`): IQ4_NL's GEMV on AVX-512 VBMI, two `vpermb`
+    /// per 64 weight bytes, is bound by them; a format without lookups,
+    /// and any target that leaves the key out, count one slot per op.
+    #[test]
+    fn byte_shuffles_take_the_targets_issue_slots() {
+        let t = crate::target::load("zen4").unwrap();
+        assert_eq!(t.core.shuffle_slots(), 2);
+        let tile = I8Tile {
+            t_u: 4,
+            t_sub: 4,
+            m_r: 1,
+        };
+        let isa = crate::family::int8::isa::AVX512VBMI;
+        let spec = I8Spec::from_tag(Op::Gemv, "iq4_nl").unwrap();
+        let c = block_counts(&spec, &isa, tile).counts;
+        assert_eq!(c.shuf, 32);
+        let ops = limits(&c, &t)[0];
+        assert_eq!(
+            (ops.what, ops.extra, ops.count),
+            ("vector ops", 32, c.ops + 32)
+        );
+        assert_eq!(bound(&c, &t), ops);
+        let mut one = t.clone();
+        one.core.shuffle_slots = None;
+        assert_eq!(limits(&c, &one)[0].count, c.ops);
+        let plain = I8Spec::from_tag(Op::Gemv, "q4_0").unwrap();
+        let q4_0 = block_counts(&plain, &crate::family::int8::isa::AVX512VNNI, tile).counts;
+        assert_eq!(q4_0.shuf, 0);
+        assert_eq!(limits(&q4_0, &t)[0].count, q4_0.ops);
     }
 
     /// Where dots share the FMA pipes (Zen 5), a block's float multiplies
