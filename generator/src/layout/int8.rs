@@ -374,7 +374,10 @@ impl I8Layout {
     pub fn scale_index(&self, column_blocks: usize) -> usize {
         let e = self.scale_entries();
         match self.super_groups() {
-            Some((g, h)) => column_blocks / g * (g * e + h),
+            Some((g, h)) => {
+                debug_assert_eq!(column_blocks % g, 0, "not at a super-block's first block");
+                column_blocks / g * (g * e + h)
+            }
             None => column_blocks * e,
         }
     }

@@ -420,3 +420,20 @@ pub(crate) fn lit(v: usize) -> Literal {
 pub(crate) fn fn_attrs(isa: &I8Isa) -> TokenStream {
     crate::emit::fn_attrs(isa.features)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SCRATCH_BLOCKS;
+
+    /// A micro kernel call starts at block 0 or at a multiple of
+    /// `SCRATCH_BLOCKS` and must start at an activation-scale group's
+    /// first block: so every format's group divides it.
+    #[test]
+    fn scratch_fills_cover_whole_activation_groups() {
+        for f in crate::format::int8_formats() {
+            let group = f.int8.expect("int8 format").act_group;
+            assert!(group >= 1, "{}", f.tag);
+            assert_eq!(SCRATCH_BLOCKS % group, 0, "{}: group of {group}", f.tag);
+        }
+    }
+}
