@@ -428,6 +428,14 @@ fn core_cache_and_memory_numbers_must_be_plausible() {
             "at least 1",
         ),
         (
+            "zero_core_values: shuffle_slots 0",
+            X86,
+            &[(22, "shuffle_slots = 0")],
+            Some(22),
+            "core.shuffle_slots",
+            "at least 1",
+        ),
+        (
             "zero_caches: l1d",
             X86,
             &[(10, "l1d = 0")],

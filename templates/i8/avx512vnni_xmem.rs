@@ -70,9 +70,9 @@ pub unsafe fn dot2_u(acc: I, a: I, x: X, b: I, y: X) -> I {
 
 /// The i32 at `p` in every lane, broadcast by the load. An `asm!` block:
 /// given `0 - set1(*p)` (a row's `-offset * sum(x)`), LLVM negates the
-/// scalar and broadcasts it from an xmm register, a vector-pipe op on Zen
-/// 4; this way the load broadcasts and one vpsubd negates (the Q4_0 1x64
-/// kernel timed alone, weights in L2: 49.0 to 48.0 cycles per block).
+/// scalar and broadcasts it from an xmm register, a vector-pipe op of its
+/// own on Zen 4; this way a broadcast load and one vpsubd do it (the Q4_0
+/// 1x64 kernel timed alone, weights in L2: 49.0 to 48.0 cycles per block).
 #[inline(always)]
 pub unsafe fn splati(p: *const i32) -> I {
     let v: I;

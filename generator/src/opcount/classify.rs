@@ -22,8 +22,9 @@ pub(crate) enum Class {
     /// A float multiply (not accumulating): on cores whose dots issue on
     /// the FMA pipes it takes a dot slot, as an FMA does.
     FMul,
-    /// A byte shuffle (`vpshufb`, `vpermb`, `tbl`): a table lookup of the
-    /// codebook and grid formats, counted apart for `core.shuffle_slots`.
+    /// A byte shuffle (`vpshufb`, `vpermb`, `tbl`): the table lookups of
+    /// the codebook and grid formats, and any other byte shuffle (AVX2's
+    /// K-quant scale shuffles), counted apart for `core.shuffle_slots`.
     Shuffle,
     Op,
 }
@@ -104,12 +105,15 @@ pub(crate) fn classify_intrinsic(name: &str) -> Class {
     {
         return Class::Mac { dot: false };
     }
+    let sve_bytes = has("_s8") || has("_u8");
     if has("shuffle_epi8")
         || has("permutexvar_epi8")
         || has("permutex2var_epi8")
         || starts("vqtbl")
+        || starts("vqtbx")
         || starts("vtbl")
-        || starts("svtbl")
+        || starts("vtbx")
+        || ((starts("svtbl") || starts("svtbx")) && sve_bytes)
     {
         return Class::Shuffle;
     }

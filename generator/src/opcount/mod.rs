@@ -113,8 +113,9 @@ pub struct Counts {
     /// dots on its FMA pipes (`core.dots_share_fma`).
     pub fmul: u64,
     /// Byte shuffles among `ops` (`vpshufb`, `vpermb`, `tbl`): the table
-    /// lookups of the codebook and grid formats, which take more than one
-    /// vector issue slot on some cores (`core.shuffle_slots`).
+    /// lookups of the codebook and grid formats (and any other byte
+    /// shuffle), which take more than one vector issue slot on some cores
+    /// (`core.shuffle_slots`).
     pub shuf: u64,
 }
 
