@@ -165,26 +165,7 @@ pub(crate) struct BodyCounter<'a> {
 
 impl BodyCounter<'_> {
     fn add(&mut self, c: Class) {
-        match c {
-            Class::Load => self.counts.loads += 1,
-            Class::Store => self.counts.stores += 1,
-            Class::Mac { dot } => {
-                self.counts.ops += 1;
-                self.counts.mac += 1;
-                self.counts.dot += dot as u64;
-                self.counts.fmul += !dot as u64;
-            }
-            Class::FMul => {
-                self.counts.ops += 1;
-                self.counts.fmul += 1;
-            }
-            Class::Shuffle => {
-                self.counts.ops += 1;
-                self.counts.shuf += 1;
-            }
-            Class::Free => {}
-            Class::Const | Class::Splat | Class::Op => self.counts.ops += 1,
-        }
+        self.counts += one(c);
     }
 
     fn in_address(&mut self, f: impl FnOnce(&mut Self)) {

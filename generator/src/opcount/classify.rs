@@ -240,14 +240,17 @@ mod tests {
             "_mm256_shuffle_epi8",
             "_mm512_permutexvar_epi8",
             "vqtbl1q_s8",
+            "vqtbx1q_u8",
             "svtbl_s8",
         ] {
             assert_eq!((c(n).ops, c(n).shuf), (1, 1), "{n}");
         }
         for n in [
             "_mm512_permutexvar_epi32",
+            "_mm256_shuffle_epi32",
             "_mm512_unpacklo_epi8",
             "vzip1q_s8",
+            "svtbl_f32",
         ] {
             assert_eq!((c(n).ops, c(n).shuf), (1, 0), "{n}");
         }

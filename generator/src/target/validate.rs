@@ -271,7 +271,7 @@ impl TargetDesc {
             ("core.load_units", c.load_units),
             ("core.vector_window", c.vector_window),
             ("core.broadcast_loads", c.broadcast_loads.unwrap_or(1)),
-            ("core.shuffle_slots", c.shuffle_slots.unwrap_or(1)),
+            ("core.shuffle_slots", c.shuffle_slots()),
         ] {
             if v == 0 {
                 return invalid(
